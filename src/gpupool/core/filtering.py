@@ -1,0 +1,102 @@
+"""Feasibility: which nodes could take a pod right now, and why the others cannot.
+
+One vectorised pass computes a boolean mask per check; the feasible set is their conjunction.
+The per-check masks are kept so that a pending pod's reason can be reported the way
+kube-scheduler does ("0/1213 nodes are available: 800 node(s) had no GPU of an allowed model,
+413 Insufficient cpu"), counting every reason a node fails, not just the first.
+
+The checks mirror the FGD simulator's filter (NodeResourcesFit plus Open-Gpu-Share):
+
+* CPU, memory and pod slots fit;
+* a GPU pod needs a node whose GPU model is allowed (any GPU node when unconstrained);
+* ``gpu_count`` GPUs each with at least ``gpu_milli`` compute share and ``gpu_memory_mib``
+  memory free (so a whole-GPU pod needs fully free GPUs);
+* a MIG pod needs a free slice of its profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpupool.core.model import PodSpec, RequestKind
+from gpupool.core.snapshot import BoolArray, ClusterSnapshot
+
+REASON_MODEL = "node(s) had no GPU of an allowed model"
+REASON_GPU = "Insufficient gpupool.io/gpu"
+REASON_GPU_MEMORY = "Insufficient gpupool.io/gpu-memory"
+REASON_CPU = "Insufficient cpu"
+REASON_MEMORY = "Insufficient memory"
+REASON_PODS = "Too many pods"
+REASON_MIG = "Insufficient MIG slices"
+
+
+@dataclass(frozen=True, slots=True)
+class FilterResult:
+    """The outcome of filtering every node for one pod.
+
+    Attributes:
+        mask: True where the node can take the pod.
+        checks: Each check's name and its pass mask, in evaluation order.
+    """
+
+    mask: BoolArray
+    checks: tuple[tuple[str, BoolArray], ...]
+
+    @property
+    def feasible_count(self) -> int:
+        """Number of feasible nodes."""
+        return int(np.count_nonzero(self.mask))
+
+    def reasons(self) -> tuple[tuple[str, int], ...]:
+        """Rejected-node counts per reason, most frequent first, zero counts omitted."""
+        counts = [(name, int(np.count_nonzero(~passed))) for name, passed in self.checks]
+        counts = [(name, count) for name, count in counts if count]
+        return tuple(sorted(counts, key=lambda item: (-item[1], item[0])))
+
+    def message(self) -> str:
+        """The pending reason as kube-scheduler words it."""
+        total = len(self.mask)
+        parts = ", ".join(f"{count} {name}" for name, count in self.reasons())
+        return f"{self.feasible_count}/{total} nodes are available: {parts}."
+
+
+def eligible_gpus(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray:
+    """Per node and GPU slot: can this GPU hold one of the pod's per-GPU shares?"""
+    ok = snapshot.gpu_free >= pod.gpu_milli
+    if pod.gpu_milli == 0:
+        ok &= snapshot.gpu_exists
+    if pod.gpu_memory_mib:
+        ok &= snapshot.gpu_memory_free >= pod.gpu_memory_mib
+    return ok
+
+
+def filter_nodes(snapshot: ClusterSnapshot, pod: PodSpec) -> FilterResult:
+    """Evaluate every check for ``pod`` on every node of ``snapshot``."""
+    checks: list[tuple[str, BoolArray]] = []
+    kind = pod.kind
+    if kind is RequestKind.WHOLE or kind is RequestKind.SHARE:
+        model_ok = snapshot.model_mask(pod.gpu_models)
+        checks.append((REASON_MODEL, model_ok))
+        if pod.gpu_memory_mib:
+            mem_ok = snapshot.gpu_memory_free >= pod.gpu_memory_mib
+            checks.append(
+                (REASON_GPU_MEMORY, (mem_ok & snapshot.gpu_exists).sum(axis=1) >= pod.gpu_count)
+            )
+        fits = eligible_gpus(snapshot, pod).sum(axis=1) >= pod.gpu_count
+        checks.append((REASON_GPU, fits))
+    elif kind is RequestKind.MIG:
+        if pod.mig_profile in snapshot.mig_profiles:
+            column = snapshot.mig_profiles.index(pod.mig_profile)
+            mig_ok = snapshot.mig_free[:, column] >= 1
+        else:
+            mig_ok = np.zeros(snapshot.size, dtype=np.bool_)
+        checks.append((f"{REASON_MIG} {pod.mig_profile}", mig_ok))
+    checks.append((REASON_CPU, snapshot.cpu_free >= pod.cpu_milli))
+    checks.append((REASON_MEMORY, snapshot.memory_free >= pod.memory_mib))
+    checks.append((REASON_PODS, snapshot.pods_free >= 1))
+    mask = checks[0][1].copy()
+    for _, passed in checks[1:]:
+        mask &= passed
+    return FilterResult(mask=mask, checks=tuple(checks))

@@ -1,0 +1,150 @@
+"""The resource model: what a node offers and what a pod asks for.
+
+A GPU is described by two divisible quantities, its compute share in milli-GPU (1000 = the whole
+device, the unit the openb trace and the FGD paper use) and its memory in MiB. A pod asks for one of
+four shapes (:class:`RequestKind`): nothing GPU-related, whole GPUs, a fractional share of one or
+more GPUs, or a MIG slice. MIG slices are modelled the way the NVIDIA device plugin's "mixed"
+strategy exposes them to Kubernetes: a node carries a fixed count of pre-partitioned slices per
+profile, and a request takes one slice of a named profile.
+
+Everything here is an immutable value object; the mutable state of a cluster lives in
+:class:`gpupool.core.snapshot.ClusterSnapshot`. Constructors validate their fields and raise
+:class:`InvalidSpecError` naming the field, so bad input never reaches the scheduling arrays.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+MILLI_PER_GPU = 1000
+"""Compute share of one whole GPU, in milli-GPU."""
+
+
+class InvalidSpecError(ValueError):
+    """A node or pod description has a field that cannot be scheduled."""
+
+    def __init__(self, owner: str, field_name: str, message: str) -> None:
+        super().__init__(f"{owner}: field '{field_name}': {message}")
+        self.owner = owner
+        self.field_name = field_name
+
+
+class RequestKind(enum.Enum):
+    """The shape of a pod's GPU request; it decides which filter and GPU choice apply."""
+
+    NONE = "none"
+    """CPU and memory only."""
+    WHOLE = "whole"
+    """``gpu_count`` whole GPUs, exclusive."""
+    SHARE = "share"
+    """A fraction (``gpu_milli`` < 1000 and/or a memory cap) of each of ``gpu_count`` GPUs."""
+    MIG = "mig"
+    """One MIG slice of profile ``mig_profile``."""
+
+
+def _require_non_negative(owner: str, name: str, value: int) -> None:
+    if value < 0:
+        raise InvalidSpecError(owner, name, f"must be >= 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """A schedulable node as the inventory reports it.
+
+    Attributes:
+        name: Unique node name.
+        cpu_milli: Allocatable CPU in milli-cores.
+        memory_mib: Allocatable memory in MiB.
+        gpu_count: Number of GPUs (0 for a CPU-only node).
+        gpu_model: GPU model name (for example ``"A100"``); empty when there are no GPUs.
+        gpu_memory_mib: Memory of each GPU in MiB; 0 when unknown, which disables memory checks.
+        max_pods: Most pods the node accepts (the kubelet's ``pods`` capacity).
+        mig_slices: Pre-partitioned MIG slices, profile name to count.
+        labels: Node labels, for pools and selectors.
+    """
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpu_count: int = 0
+    gpu_model: str = ""
+    gpu_memory_mib: int = 0
+    max_pods: int = 110
+    mig_slices: tuple[tuple[str, int], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        owner = f"node {self.name!r}"
+        if not self.name:
+            raise InvalidSpecError("node", "name", "must not be empty")
+        for name in ("cpu_milli", "memory_mib", "gpu_count", "gpu_memory_mib", "max_pods"):
+            _require_non_negative(owner, name, getattr(self, name))
+        if self.gpu_count > 0 and not self.gpu_model:
+            raise InvalidSpecError(owner, "gpu_model", "a node with GPUs needs a model name")
+        for profile, count in self.mig_slices:
+            _require_non_negative(owner, f"mig_slices[{profile}]", count)
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpec:
+    """What one pod asks for.
+
+    Attributes:
+        name: Unique pod name (namespace/name in a live cluster).
+        cpu_milli: CPU request in milli-cores.
+        memory_mib: Memory request in MiB.
+        gpu_count: Number of GPUs (whole or shared); 0 for CPU-only and MIG pods.
+        gpu_milli: Compute share per GPU in milli-GPU; 1000 means whole GPUs.
+        gpu_memory_mib: GPU memory per GPU in MiB; 0 means no memory cap is asked for.
+        gpu_models: Allowed GPU models; empty means any model.
+        mig_profile: MIG profile name (``"1g.10gb"``) for a MIG request, else empty.
+        workload_class: Workload class label (training, inference, dev, ...), free text.
+    """
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpu_count: int = 0
+    gpu_milli: int = 0
+    gpu_memory_mib: int = 0
+    gpu_models: frozenset[str] = field(default_factory=frozenset)
+    mig_profile: str = ""
+    workload_class: str = ""
+
+    def __post_init__(self) -> None:
+        owner = f"pod {self.name!r}"
+        if not self.name:
+            raise InvalidSpecError("pod", "name", "must not be empty")
+        for name in ("cpu_milli", "memory_mib", "gpu_count", "gpu_milli", "gpu_memory_mib"):
+            _require_non_negative(owner, name, getattr(self, name))
+        if self.gpu_milli > MILLI_PER_GPU:
+            raise InvalidSpecError(owner, "gpu_milli", f"must be <= {MILLI_PER_GPU}")
+        if self.mig_profile:
+            if self.gpu_count or self.gpu_milli or self.gpu_memory_mib:
+                raise InvalidSpecError(
+                    owner, "mig_profile", "a MIG request cannot also ask for GPUs or GPU shares"
+                )
+            return
+        if self.gpu_count == 0 and (self.gpu_milli or self.gpu_memory_mib):
+            raise InvalidSpecError(owner, "gpu_count", "a GPU share needs gpu_count >= 1")
+        if self.gpu_count > 0 and self.gpu_milli == 0 and self.gpu_memory_mib == 0:
+            raise InvalidSpecError(
+                owner, "gpu_milli", "a GPU request needs gpu_milli > 0 or gpu_memory_mib > 0"
+            )
+
+    @property
+    def kind(self) -> RequestKind:
+        """The request shape, derived from the fields."""
+        if self.mig_profile:
+            return RequestKind.MIG
+        if self.gpu_count == 0:
+            return RequestKind.NONE
+        if self.gpu_milli == MILLI_PER_GPU and self.gpu_memory_mib == 0:
+            return RequestKind.WHOLE
+        return RequestKind.SHARE
+
+    @property
+    def total_gpu_milli(self) -> int:
+        """Compute share asked for over all GPUs, in milli-GPU."""
+        return self.gpu_count * self.gpu_milli

@@ -1,0 +1,208 @@
+"""The cluster snapshot: every node's free resources as numpy arrays, and who holds what.
+
+Scheduling reads the snapshot as a struct of arrays (one row per node, one column per GPU slot) so
+that a filter is a handful of vectorised comparisons and a score is one array, whatever the
+cluster size. Binding and releasing touch one row in place; nothing is rebuilt per pod.
+
+Invariants, enforced here and not by callers:
+
+* a GPU's free compute share stays within ``0..1000`` milli and its free memory within
+  ``0..capacity``: :meth:`ClusterSnapshot.bind` refuses any allocation that does not fit, so no
+  share is ever given twice;
+* CPU, memory, pod slots and MIG slices are never oversubscribed;
+* every change bumps the node's generation counter (``node_gen``), which lets policies keep
+  per-node caches and refresh only the rows that changed.
+
+``simulate_removal`` gives the cheap, reversible what-if that preemption and backfill need: it
+releases pods and returns a closure that puts them back exactly as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gpupool.core.model import MILLI_PER_GPU, NodeSpec, PodSpec, RequestKind
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+UNKNOWN_GPU_MEMORY = np.int64(2**40)
+"""Free GPU memory recorded for nodes whose GPU memory is not reported: large enough to pass."""
+
+
+class AllocationError(RuntimeError):
+    """A bind or release that would break the snapshot's invariants."""
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Where a pod runs and what it holds there.
+
+    Attributes:
+        pod: The pod's request.
+        node: Row index of the node in the snapshot.
+        gpus: Indexes of the GPUs it holds on that node (empty for CPU-only and MIG pods).
+    """
+
+    pod: PodSpec
+    node: int
+    gpus: tuple[int, ...]
+
+
+class ClusterSnapshot:
+    """Mutable, array-backed state of a cluster for one scheduler.
+
+    Args:
+        nodes: The node inventory; names must be unique.
+    """
+
+    def __init__(self, nodes: Sequence[NodeSpec]) -> None:
+        if not nodes:
+            raise ValueError("a cluster snapshot needs at least one node")
+        names = [node.name for node in nodes]
+        if len(set(names)) != len(names):
+            dup = next(name for name in names if names.count(name) > 1)
+            raise ValueError(f"duplicate node name {dup!r}")
+        self.nodes: tuple[NodeSpec, ...] = tuple(nodes)
+        self.node_names: tuple[str, ...] = tuple(names)
+        self.node_index: dict[str, int] = {name: i for i, name in enumerate(names)}
+        n = len(nodes)
+        width = max(1, max(node.gpu_count for node in nodes))
+
+        self.models: tuple[str, ...] = tuple(sorted({nd.gpu_model for nd in nodes if nd.gpu_model}))
+        model_ids = {model: i for i, model in enumerate(self.models)}
+        self.model_id: IntArray = np.array(
+            [model_ids.get(node.gpu_model, -1) for node in nodes], dtype=np.int64
+        )
+        self.cpu_capacity: IntArray = np.array([nd.cpu_milli for nd in nodes], dtype=np.int64)
+        self.memory_capacity: IntArray = np.array([nd.memory_mib for nd in nodes], dtype=np.int64)
+        self.pods_capacity: IntArray = np.array([nd.max_pods for nd in nodes], dtype=np.int64)
+        self.gpu_count: IntArray = np.array([nd.gpu_count for nd in nodes], dtype=np.int64)
+        self.gpu_exists: BoolArray = np.arange(width)[None, :] < self.gpu_count[:, None]
+        mem_per_gpu = np.array(
+            [nd.gpu_memory_mib or UNKNOWN_GPU_MEMORY for nd in nodes], dtype=np.int64
+        )
+        self.gpu_memory_capacity: IntArray = np.where(self.gpu_exists, mem_per_gpu[:, None], 0)
+
+        self.mig_profiles: tuple[str, ...] = tuple(
+            sorted({profile for nd in nodes for profile, _ in nd.mig_slices})
+        )
+        self.mig_capacity: IntArray = np.zeros((n, len(self.mig_profiles)), dtype=np.int64)
+        for i, node in enumerate(nodes):
+            for profile, count in node.mig_slices:
+                self.mig_capacity[i, self.mig_profiles.index(profile)] += count
+
+        self.cpu_free: IntArray = self.cpu_capacity.copy()
+        self.memory_free: IntArray = self.memory_capacity.copy()
+        self.pods_free: IntArray = self.pods_capacity.copy()
+        self.gpu_free: IntArray = np.where(self.gpu_exists, MILLI_PER_GPU, 0).astype(np.int64)
+        self.gpu_free_total: IntArray = self.gpu_free.sum(axis=1)
+        self.gpu_memory_free: IntArray = self.gpu_memory_capacity.copy()
+        self.mig_free: IntArray = self.mig_capacity.copy()
+        self.node_gen: IntArray = np.zeros(n, dtype=np.int64)
+
+        self.total_gpus = int(self.gpu_count.sum())
+        self.used_gpu_milli = 0
+        self.allocations: dict[str, Allocation] = {}
+        self.pods_on_node: list[set[str]] = [set() for _ in range(n)]
+        self._model_masks: dict[frozenset[str], BoolArray] = {}
+
+    @property
+    def size(self) -> int:
+        """Number of nodes."""
+        return len(self.nodes)
+
+    def model_mask(self, models: frozenset[str]) -> BoolArray:
+        """Nodes whose GPU model is one of ``models`` (every GPU node when ``models`` is empty)."""
+        mask = self._model_masks.get(models)
+        if mask is None:
+            if models:
+                wanted = [i for i, model in enumerate(self.models) if model in models]
+                mask = np.isin(self.model_id, wanted)
+            else:
+                mask = self.model_id >= 0
+            mask.setflags(write=False)
+            self._model_masks[models] = mask
+        return mask
+
+    def bind(self, pod: PodSpec, node: int, gpus: Sequence[int] = ()) -> Allocation:
+        """Give ``pod`` its resources on ``node`` and the GPUs ``gpus``.
+
+        Raises:
+            AllocationError: The pod is already placed, or the node or a GPU lacks the room.
+        """
+        if pod.name in self.allocations:
+            raise AllocationError(f"pod {pod.name!r} is already bound")
+        if not 0 <= node < self.size:
+            raise AllocationError(f"pod {pod.name!r}: no node at index {node}")
+        self._check_fits(pod, node, tuple(gpus))
+        allocation = Allocation(pod=pod, node=node, gpus=tuple(gpus))
+        self._apply(allocation, sign=-1)
+        self.allocations[pod.name] = allocation
+        self.pods_on_node[node].add(pod.name)
+        return allocation
+
+    def release(self, pod_name: str) -> Allocation:
+        """Return a bound pod's resources to its node.
+
+        Raises:
+            AllocationError: The pod is not bound.
+        """
+        allocation = self.allocations.pop(pod_name, None)
+        if allocation is None:
+            raise AllocationError(f"pod {pod_name!r} is not bound")
+        self._apply(allocation, sign=+1)
+        self.pods_on_node[allocation.node].discard(pod_name)
+        return allocation
+
+    def simulate_removal(self, pod_names: Iterable[str]) -> Callable[[], None]:
+        """Release pods for a what-if and return a closure that restores them exactly."""
+        removed = [self.release(name) for name in pod_names]
+
+        def restore() -> None:
+            for allocation in reversed(removed):
+                self.bind(allocation.pod, allocation.node, allocation.gpus)
+
+        return restore
+
+    def _check_fits(self, pod: PodSpec, node: int, gpus: tuple[int, ...]) -> None:
+        where = f"pod {pod.name!r} on node {self.node_names[node]!r}"
+        if self.cpu_free[node] < pod.cpu_milli:
+            raise AllocationError(f"{where}: insufficient cpu")
+        if self.memory_free[node] < pod.memory_mib:
+            raise AllocationError(f"{where}: insufficient memory")
+        if self.pods_free[node] < 1:
+            raise AllocationError(f"{where}: too many pods")
+        if pod.kind is RequestKind.MIG:
+            if pod.mig_profile not in self.mig_profiles or (
+                self.mig_free[node, self.mig_profiles.index(pod.mig_profile)] < 1
+            ):
+                raise AllocationError(f"{where}: no free MIG slice {pod.mig_profile}")
+        if len(gpus) != pod.gpu_count or len(set(gpus)) != len(gpus):
+            raise AllocationError(f"{where}: needs {pod.gpu_count} distinct GPUs, got {gpus}")
+        for gpu in gpus:
+            if not 0 <= gpu < self.gpu_count[node]:
+                raise AllocationError(f"{where}: no GPU {gpu}")
+            if self.gpu_free[node, gpu] < pod.gpu_milli:
+                raise AllocationError(f"{where}: GPU {gpu} has too little compute share left")
+            if self.gpu_memory_free[node, gpu] < pod.gpu_memory_mib:
+                raise AllocationError(f"{where}: GPU {gpu} has too little memory left")
+
+    def _apply(self, allocation: Allocation, sign: int) -> None:
+        pod, node = allocation.pod, allocation.node
+        self.cpu_free[node] += sign * pod.cpu_milli
+        self.memory_free[node] += sign * pod.memory_mib
+        self.pods_free[node] += sign
+        if allocation.gpus:
+            idx = list(allocation.gpus)
+            self.gpu_free[node, idx] += sign * pod.gpu_milli
+            self.gpu_memory_free[node, idx] += sign * pod.gpu_memory_mib
+            self.gpu_free_total[node] += sign * pod.total_gpu_milli
+            self.used_gpu_milli -= sign * pod.total_gpu_milli
+        if pod.mig_profile:
+            self.mig_free[node, self.mig_profiles.index(pod.mig_profile)] += sign
+        self.node_gen[node] += 1
