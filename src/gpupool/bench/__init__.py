@@ -1,0 +1,1 @@
+"""Benchmark drivers: run the simulator over seeds and traces and write JSON and plots."""

@@ -1,0 +1,195 @@
+"""The placement benchmark: one policy, one trace, many seeds, the published protocol.
+
+Each seed is an independent run (shuffle, inflation to 130%, per-seed node order, replay), so
+seeds run in parallel worker processes when more than one core is free. The report holds the
+unallocated GPU share and the fragmentation at the arrived loads the paper reports, as mean,
+sample standard deviation and per-seed values, plus the full curves for plotting and the wall
+time of every run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import platform
+import queue
+import statistics
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpupool.scheduling.registry import DEFAULT_ALIAS, DEFAULT_POLICY, PolicyContext, build_policy
+from gpupool.scheduling.workload import TargetWorkload
+from gpupool.sim.metrics import REPORTED_ARRIVED_PCT, bin_by_arrival
+from gpupool.sim.protocol import DEFAULT_TUNE_RATIO, RunStreams, tie_ranks, tune_arrivals
+from gpupool.sim.replay import replay
+from gpupool.sim.trace import read_trace
+
+ProgressSink = Callable[[int, float], None]
+"""Receives ``(seed, fraction_done)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementJob:
+    """One seeded run of one policy on one trace."""
+
+    nodes_path: Path
+    pods_path: Path
+    policy: str
+    seed: int
+    tune_ratio: float = DEFAULT_TUNE_RATIO
+
+
+@dataclass(frozen=True, slots=True)
+class SeedOutcome:
+    """What one seeded run produced, reduced to what the report needs."""
+
+    seed: int
+    pods: int
+    failed: int
+    unallocated_pct: list[float]
+    frag_amount_pct: list[float]
+    frag_ratio_pct: list[float]
+    wall_seconds: float
+
+
+def run_job(job: PlacementJob, progress: ProgressSink | None = None) -> SeedOutcome:
+    """Run one seed; the reading of the trace is not timed, the replay is."""
+    trace = read_trace(job.nodes_path, job.pods_path)
+    streams = RunStreams.from_seed(job.seed)
+    total_gpus = sum(node.gpu_count for node in trace.nodes)
+    arrivals = tune_arrivals(trace.pods, total_gpus, streams, job.tune_ratio)
+    policy = build_policy(job.policy, PolicyContext(rng=streams.policy, trace_pods=trace.pods))
+    metric_workload = TargetWorkload.from_pods(trace.pods)
+
+    def report(done: int, total: int) -> None:
+        if progress is not None:
+            progress(job.seed, done / total)
+
+    result = replay(
+        trace.nodes,
+        arrivals,
+        policy,
+        metric_workload,
+        tie_rank=tie_ranks(len(trace.nodes), streams),
+        progress=report,
+    )
+    capacity = result.total_gpus * 1000
+    idle = capacity - result.used_milli
+    frag_ratio = np.divide(
+        result.frag_milli, idle, out=np.zeros_like(result.frag_milli), where=idle > 0
+    )
+
+    def curve(values: np.ndarray[Any, np.dtype[np.float64]]) -> list[float]:
+        binned = bin_by_arrival(result.arrived_milli, values, result.total_gpus)
+        return [round(float(v), 4) for v in binned]
+
+    return SeedOutcome(
+        seed=job.seed,
+        pods=len(arrivals),
+        failed=result.failed,
+        unallocated_pct=curve(100.0 - result.used_milli / capacity * 100.0),
+        frag_amount_pct=curve(result.frag_milli / capacity * 100.0),
+        frag_ratio_pct=curve(frag_ratio * 100.0),
+        wall_seconds=round(result.wall_seconds, 4),
+    )
+
+
+def _summary(per_seed: Sequence[Sequence[float]]) -> dict[str, dict[str, Any]]:
+    """Mean, sample sd and per-seed values at each reported load; a seed whose run never came
+    near that load contributes ``None`` and is left out of the mean."""
+    out: dict[str, dict[str, Any]] = {}
+    for pct in REPORTED_ARRIVED_PCT:
+        values = [None if np.isnan(run[pct]) else run[pct] for run in per_seed]
+        present = [value for value in values if value is not None]
+        out[str(pct)] = {
+            "mean": round(statistics.fmean(present), 4) if present else None,
+            "sd": round(statistics.stdev(present), 4) if len(present) > 1 else 0.0,
+            "per_seed": values,
+        }
+    return out
+
+
+def usable_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def machine_description() -> dict[str, Any]:
+    """Where the numbers were measured."""
+    return {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": usable_cores(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def _queue_progress(sink: Any) -> ProgressSink:
+    def put(seed: int, fraction: float) -> None:
+        sink.put((seed, fraction))
+
+    return put
+
+
+def _run_in_worker(job: PlacementJob, sink: Any) -> SeedOutcome:
+    return run_job(job, _queue_progress(sink))
+
+
+def run_seeds(
+    jobs: Sequence[PlacementJob], workers: int, progress: ProgressSink | None = None
+) -> list[SeedOutcome]:
+    """Run seeded jobs, in ``workers`` processes when that is more than one; keeps job order."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [run_job(job, progress) for job in jobs]
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(workers, mp_context=context) as pool:
+        sink = manager.Queue()
+        futures = [pool.submit(_run_in_worker, job, sink) for job in jobs]
+        pending: set[Future[SeedOutcome]] = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            while True:
+                try:
+                    seed, fraction = sink.get_nowait()
+                except queue.Empty:
+                    break
+                if progress is not None:
+                    progress(seed, fraction)
+        return [future.result() for future in futures]
+
+
+def placement_report(
+    jobs: Sequence[PlacementJob], outcomes: Sequence[SeedOutcome]
+) -> dict[str, Any]:
+    """The benchmark JSON: summary at the reported loads, curves, timings and the machine."""
+    first = jobs[0]
+    return {
+        "policy": first.policy,
+        "policy_resolved": DEFAULT_ALIAS if first.policy == DEFAULT_POLICY else first.policy,
+        "trace": first.pods_path.stem.removeprefix("openb_pod_list_"),
+        "nodes_path": str(first.nodes_path),
+        "pods_path": str(first.pods_path),
+        "tune_ratio": first.tune_ratio,
+        "seeds": [outcome.seed for outcome in outcomes],
+        "pods_per_run": [outcome.pods for outcome in outcomes],
+        "failed_pods_per_run": [outcome.failed for outcome in outcomes],
+        "unallocated_pct": _summary([outcome.unallocated_pct for outcome in outcomes]),
+        "frag_amount_pct": _summary([outcome.frag_amount_pct for outcome in outcomes]),
+        "frag_ratio_pct": _summary([outcome.frag_ratio_pct for outcome in outcomes]),
+        "curves": {
+            "arrived_pct": list(range(len(outcomes[0].unallocated_pct))),
+            "unallocated_pct": [outcome.unallocated_pct for outcome in outcomes],
+            "frag_amount_pct": [outcome.frag_amount_pct for outcome in outcomes],
+        },
+        "wall_seconds_per_run": [outcome.wall_seconds for outcome in outcomes],
+        "machine": machine_description(),
+    }

@@ -1,0 +1,145 @@
+"""The ``gpupool`` command: one console script, one subcommand per job.
+
+Commands import what they need inside their bodies, so ``gpupool --help`` stays fast and optional
+dependencies (matplotlib) load only for the command that uses them. Bad arguments end with a
+one-line error that names the option, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpupool.cli.options import SeedsError, parse_seeds
+
+app = typer.Typer(
+    help="gpupool: shared GPUs for Kubernetes, schedulable, isolated, reclaimable, governable.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+bench_app = typer.Typer(help="Benchmarks that print numbers and write JSON.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+TRACE_DIR_ENV = "GPUPOOL_TRACE_DIR"
+DEFAULT_TRACE_DIR = Path("../shared/data/openb")
+NODES_FILE = "openb_node_list_gpu_node.csv"
+
+
+def trace_dir() -> Path:
+    """Where the openb trace lives: ``$GPUPOOL_TRACE_DIR`` or ``../shared/data/openb``."""
+    return Path(os.environ.get(TRACE_DIR_ENV, DEFAULT_TRACE_DIR))
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+@bench_app.command("placement")
+def bench_placement(
+    nodes: Annotated[Path, typer.Option(help="openb node list CSV.")],
+    pods: Annotated[Path, typer.Option(help="openb pod list CSV.")],
+    policy: Annotated[str, typer.Option(help="random, dotprod, clustering, packing, "
+                                             "bestfit, fgd or default.")] = "default",
+    seeds: Annotated[str, typer.Option(help="Seeds: 42-51, 42,43 or 42.")] = "42-51",
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG of the curve here.")] = None,
+    jobs: Annotated[int, typer.Option(help="Worker processes (default: usable cores).")] = 0,
+    tune_ratio: Annotated[float, typer.Option(help="Inflate arrivals to this share of "
+                                                   "GPU capacity.")] = 1.3,
+) -> None:
+    """Replay an openb trace with the published protocol and report unallocated GPUs."""
+    from gpupool.bench.placement import PlacementJob, placement_report, run_seeds, usable_cores
+    from gpupool.cli.progress import seed_progress
+    from gpupool.scheduling.registry import policy_names
+
+    if policy not in policy_names():
+        raise _fail(f"--policy: unknown policy {policy!r}; choose one of "
+                    f"{', '.join(policy_names())}")
+    try:
+        seed_list = parse_seeds(seeds)
+    except SeedsError as exc:
+        raise _fail(f"--seeds: {exc}") from None
+    if tune_ratio <= 0:
+        raise _fail("--tune-ratio: must be > 0")
+    for option, path in (("--nodes", nodes), ("--pods", pods)):
+        if not path.is_file():
+            raise _fail(f"{option}: no such file {path}")
+    workers = jobs if jobs > 0 else usable_cores()
+    placement_jobs = [PlacementJob(nodes, pods, policy, seed, tune_ratio) for seed in seed_list]
+    from gpupool.sim.trace import TraceFormatError
+
+    try:
+        with seed_progress(seed_list, f"{policy} on {pods.name}") as progress:
+            outcomes = run_seeds(placement_jobs, min(workers, len(seed_list)), progress)
+    except TraceFormatError as exc:
+        raise _fail(str(exc)) from None
+    report = placement_report(placement_jobs, outcomes)
+    _print_placement(report)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+        typer.echo(f"wrote {json_out}", err=True)
+    if plot is not None:
+        from gpupool.bench.plot import plot_unallocated
+
+        plot_unallocated(
+            {report["policy"]: report["curves"]["unallocated_pct"]},
+            plot,
+            f"{report['trace']}: unallocated GPUs, {len(seed_list)} seed(s)",
+        )
+        typer.echo(f"wrote {plot}", err=True)
+
+
+def _print_placement(report: dict[str, object]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{report['policy']} on {report['trace']} "
+                        f"(seeds {', '.join(map(str, report['seeds']))})")  # type: ignore[call-overload]
+    table.add_column("arrived %", justify="right")
+    table.add_column("unallocated % (mean ± sd)", justify="right")
+    table.add_column("frag amount % (mean ± sd)", justify="right")
+    unallocated = report["unallocated_pct"]
+    frag = report["frag_amount_pct"]
+    assert isinstance(unallocated, dict) and isinstance(frag, dict)
+    for pct, cell in unallocated.items():
+        table.add_row(pct, _mean_sd(cell), _mean_sd(frag[pct]))
+    Console().print(table)
+    walls = report["wall_seconds_per_run"]
+    assert isinstance(walls, list)
+    Console().print(f"wall seconds per run: median {sorted(walls)[len(walls) // 2]:.2f}, "
+                    f"max {max(walls):.2f}")
+
+
+def _mean_sd(cell: dict[str, float | None]) -> str:
+    if cell["mean"] is None:
+        return "n/a"
+    return f"{cell['mean']:.2f} ± {cell['sd']:.2f}"
+
+
+@app.command()
+def demo(
+    seed: Annotated[int, typer.Option(help="Seed of the replay.")] = 42,
+    policy: Annotated[str, typer.Option(help="Placement policy.")] = "default",
+) -> None:
+    """Replay the default openb trace on the embedded simulated cluster and summarise it."""
+    from gpupool.cli.demo import run_demo
+
+    directory = trace_dir()
+    nodes, pods = directory / NODES_FILE, directory / "openb_pod_list_default.csv"
+    for path in (nodes, pods):
+        if not path.is_file():
+            raise _fail(f"trace file {path} not found; set {TRACE_DIR_ENV} to the folder "
+                        "holding the openb CSV files")
+    run_demo(nodes, pods, policy, seed)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
