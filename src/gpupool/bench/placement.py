@@ -100,8 +100,11 @@ def run_job(job: PlacementJob, progress: ProgressSink | None = None) -> SeedOutc
 
 
 def _summary(per_seed: Sequence[Sequence[float]]) -> dict[str, dict[str, Any]]:
-    """Mean, sample sd and per-seed values at each reported load; a seed whose run never came
-    near that load contributes ``None`` and is left out of the mean."""
+    """Mean, sample sd and per-seed values at each reported load.
+
+    A seed whose run never came near a load contributes ``None`` there and is left out of the
+    mean and sd.
+    """
     out: dict[str, dict[str, Any]] = {}
     for pct in REPORTED_ARRIVED_PCT:
         values = [None if np.isnan(run[pct]) else run[pct] for run in per_seed]

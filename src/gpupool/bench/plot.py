@@ -35,9 +35,7 @@ def plot_unallocated(
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise RuntimeError(
-            "plotting needs matplotlib: pip install 'gpupool[reports]'"
-        ) from exc
+        raise RuntimeError("plotting needs matplotlib: pip install 'gpupool[reports]'") from exc
     lo, hi = x_range
     xs = np.arange(lo, hi + 1)
     fig, ax = plt.subplots(figsize=(7, 4.5))

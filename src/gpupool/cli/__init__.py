@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -44,14 +44,16 @@ def _fail(message: str) -> typer.Exit:
 def bench_placement(
     nodes: Annotated[Path, typer.Option(help="openb node list CSV.")],
     pods: Annotated[Path, typer.Option(help="openb pod list CSV.")],
-    policy: Annotated[str, typer.Option(help="random, dotprod, clustering, packing, "
-                                             "bestfit, fgd or default.")] = "default",
+    policy: Annotated[
+        str, typer.Option(help="random, dotprod, clustering, packing, bestfit, fgd or default.")
+    ] = "default",
     seeds: Annotated[str, typer.Option(help="Seeds: 42-51, 42,43 or 42.")] = "42-51",
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of the curve here.")] = None,
     jobs: Annotated[int, typer.Option(help="Worker processes (default: usable cores).")] = 0,
-    tune_ratio: Annotated[float, typer.Option(help="Inflate arrivals to this share of "
-                                                   "GPU capacity.")] = 1.3,
+    tune_ratio: Annotated[
+        float, typer.Option(help="Inflate arrivals to this share of GPU capacity.")
+    ] = 1.3,
 ) -> None:
     """Replay an openb trace with the published protocol and report unallocated GPUs."""
     from gpupool.bench.placement import PlacementJob, placement_report, run_seeds, usable_cores
@@ -59,8 +61,9 @@ def bench_placement(
     from gpupool.scheduling.registry import policy_names
 
     if policy not in policy_names():
-        raise _fail(f"--policy: unknown policy {policy!r}; choose one of "
-                    f"{', '.join(policy_names())}")
+        raise _fail(
+            f"--policy: unknown policy {policy!r}; choose one of {', '.join(policy_names())}"
+        )
     try:
         seed_list = parse_seeds(seeds)
     except SeedsError as exc:
@@ -96,28 +99,24 @@ def bench_placement(
         typer.echo(f"wrote {plot}", err=True)
 
 
-def _print_placement(report: dict[str, object]) -> None:
+def _print_placement(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{report['policy']} on {report['trace']} "
-                        f"(seeds {', '.join(map(str, report['seeds']))})")  # type: ignore[call-overload]
+    seeds = ", ".join(str(seed) for seed in report["seeds"])
+    table = Table(title=f"{report['policy']} on {report['trace']} (seeds {seeds})")
     table.add_column("arrived %", justify="right")
     table.add_column("unallocated % (mean ± sd)", justify="right")
     table.add_column("frag amount % (mean ± sd)", justify="right")
-    unallocated = report["unallocated_pct"]
-    frag = report["frag_amount_pct"]
-    assert isinstance(unallocated, dict) and isinstance(frag, dict)
-    for pct, cell in unallocated.items():
-        table.add_row(pct, _mean_sd(cell), _mean_sd(frag[pct]))
-    Console().print(table)
-    walls = report["wall_seconds_per_run"]
-    assert isinstance(walls, list)
-    Console().print(f"wall seconds per run: median {sorted(walls)[len(walls) // 2]:.2f}, "
-                    f"max {max(walls):.2f}")
+    for pct, cell in report["unallocated_pct"].items():
+        table.add_row(pct, _mean_sd(cell), _mean_sd(report["frag_amount_pct"][pct]))
+    console = Console()
+    console.print(table)
+    walls = sorted(report["wall_seconds_per_run"])
+    console.print(f"wall seconds per run: median {walls[len(walls) // 2]:.2f}, max {walls[-1]:.2f}")
 
 
-def _mean_sd(cell: dict[str, float | None]) -> str:
+def _mean_sd(cell: dict[str, Any]) -> str:
     if cell["mean"] is None:
         return "n/a"
     return f"{cell['mean']:.2f} ± {cell['sd']:.2f}"
@@ -135,8 +134,10 @@ def demo(
     nodes, pods = directory / NODES_FILE, directory / "openb_pod_list_default.csv"
     for path in (nodes, pods):
         if not path.is_file():
-            raise _fail(f"trace file {path} not found; set {TRACE_DIR_ENV} to the folder "
-                        "holding the openb CSV files")
+            raise _fail(
+                f"trace file {path} not found; set {TRACE_DIR_ENV} to the folder "
+                "holding the openb CSV files"
+            )
     run_demo(nodes, pods, policy, seed)
 
 

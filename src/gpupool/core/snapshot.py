@@ -177,11 +177,8 @@ class ClusterSnapshot:
             raise AllocationError(f"{where}: insufficient memory")
         if self.pods_free[node] < 1:
             raise AllocationError(f"{where}: too many pods")
-        if pod.kind is RequestKind.MIG:
-            if pod.mig_profile not in self.mig_profiles or (
-                self.mig_free[node, self.mig_profiles.index(pod.mig_profile)] < 1
-            ):
-                raise AllocationError(f"{where}: no free MIG slice {pod.mig_profile}")
+        if pod.kind is RequestKind.MIG and not self._mig_slice_free(pod.mig_profile, node):
+            raise AllocationError(f"{where}: no free MIG slice {pod.mig_profile}")
         if len(gpus) != pod.gpu_count or len(set(gpus)) != len(gpus):
             raise AllocationError(f"{where}: needs {pod.gpu_count} distinct GPUs, got {gpus}")
         for gpu in gpus:
@@ -191,6 +188,11 @@ class ClusterSnapshot:
                 raise AllocationError(f"{where}: GPU {gpu} has too little compute share left")
             if self.gpu_memory_free[node, gpu] < pod.gpu_memory_mib:
                 raise AllocationError(f"{where}: GPU {gpu} has too little memory left")
+
+    def _mig_slice_free(self, profile: str, node: int) -> bool:
+        return profile in self.mig_profiles and bool(
+            self.mig_free[node, self.mig_profiles.index(profile)] >= 1
+        )
 
     def _apply(self, allocation: Allocation, sign: int) -> None:
         pod, node = allocation.pod, allocation.node

@@ -52,7 +52,7 @@ class FragmentationIndex:
                 model_ok[:, m] = snapshot.model_mask(models)
         self.access: BoolArray = gpu_shapes[None, :] & model_ok & (snapshot.gpu_count > 0)[:, None]
         self.count: IntArray = np.zeros((n, workload.size), dtype=np.int64)
-        self.big: IntArray = np.zeros((n, workload.size), dtype=np.int64)
+        self.big: FloatArray = np.zeros((n, workload.size), dtype=np.float64)
         self.scaled: FloatArray = np.zeros(n, dtype=np.float64)
         self._seen_gen = np.full(n, -1, dtype=np.int64)
         self.refresh(snapshot)
@@ -64,7 +64,7 @@ class FragmentationIndex:
             free = snapshot.gpu_free[stale]
             fits = free[:, :, None] >= self.workload.gpu_milli[None, None, :]
             self.count[stale] = fits.sum(axis=1)
-            self.big[stale] = np.where(fits, free[:, :, None], 0).sum(axis=1)
+            self.big[stale] = (fits * free[:, :, None]).sum(axis=1)
             self.scaled[stale] = self.scaled_after(
                 stale,
                 snapshot.gpu_free_total[stale],
@@ -81,7 +81,7 @@ class FragmentationIndex:
         gpu_total: IntArray,
         cpu: IntArray,
         count: IntArray,
-        big: IntArray,
+        big: FloatArray,
     ) -> FloatArray:
         """Fragmentation (times ``W``) of nodes ``rows`` in a given, possibly hypothetical, state.
 
@@ -90,7 +90,7 @@ class FragmentationIndex:
             gpu_total: Free GPU milli of each state.
             cpu: Free CPU of each state.
             count: ``cnt`` per state and shape.
-            big: ``big`` per state and shape.
+            big: ``big`` per state and shape (integer-valued floats, so sums stay exact).
         """
         wl = self.workload
         fits = (
@@ -98,7 +98,7 @@ class FragmentationIndex:
             & (count >= wl.gpu_count[None, :])
             & (cpu[:, None] >= wl.cpu_milli[None, :])
         )
-        usable: FloatArray = np.where(fits, big, 0).astype(np.float64) @ wl.weight
+        usable: FloatArray = (big * fits) @ wl.weight
         return self.total_weight * gpu_total - usable
 
     def node_fragmentation(self, snapshot: ClusterSnapshot) -> FloatArray:
@@ -122,14 +122,21 @@ class FragmentationIndex:
             share: Milli taken from each touched GPU.
             cpu: CPU taken from the node.
         """
-        u = self.workload.gpu_milli[None, None, :]
-        before = touched[:, :, None]
-        after = before - share
-        fit_before = before >= u
-        fit_after = after >= u
-        count = self.count[rows] + (fit_after.sum(axis=1) - fit_before.sum(axis=1))
-        big = self.big[rows] + (
-            np.where(fit_after, after, 0).sum(axis=1) - np.where(fit_before, before, 0).sum(axis=1)
-        )
+        u = self.workload.gpu_milli
+        if touched.shape[1] == 1:
+            # One touched GPU (every share and single-GPU pod): stay two-dimensional.
+            before = touched
+            after = before - share
+            fit_before = before >= u
+            fit_after = after >= u
+            count = self.count[rows] + fit_after - fit_before
+            big = self.big[rows] + (fit_after * after - fit_before * before)
+        else:
+            before3 = touched[:, :, None]
+            after3 = before3 - share
+            fit_before3 = before3 >= u
+            fit_after3 = after3 >= u
+            count = self.count[rows] + (fit_after3.sum(axis=1) - fit_before3.sum(axis=1))
+            big = self.big[rows] + (fit_after3 * after3 - fit_before3 * before3).sum(axis=1)
         gpu_total = snapshot.gpu_free_total[rows] - share * touched.shape[1]
         return self.scaled_after(rows, gpu_total, snapshot.cpu_free[rows] - cpu, count, big)

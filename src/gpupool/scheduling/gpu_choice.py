@@ -20,7 +20,7 @@ _NEVER = np.iinfo(np.int64).max
 
 def eligible_row(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> BoolArray:
     """GPUs of one node that can hold one of the pod's per-GPU shares."""
-    ok = snapshot.gpu_exists[node] & (snapshot.gpu_free[node] >= pod.gpu_milli)
+    ok: BoolArray = snapshot.gpu_exists[node] & (snapshot.gpu_free[node] >= pod.gpu_milli)
     if pod.gpu_memory_mib:
         ok &= snapshot.gpu_memory_free[node] >= pod.gpu_memory_mib
     return ok

@@ -30,7 +30,7 @@ def bin_by_arrival(
     total_gpus: int,
     max_pct: int = MAX_ARRIVED_PCT,
 ) -> FloatArray:
-    """Mean of ``values`` per integer arrived percent ``0..max_pct`` (NaN where no event is near)."""
+    """Mean of ``values`` per integer arrived percent ``0..max_pct``; NaN where no event is near."""
     bins = np.rint(arrived_percent(arrived_milli, total_gpus)).astype(np.int64)
     keep = (bins >= 0) & (bins <= max_pct + 1)
     sums = np.bincount(bins[keep], weights=values[keep], minlength=max_pct + 2)

@@ -98,7 +98,9 @@ def _integer(path: Path, line: int, row: Mapping[str, str], column: str) -> int:
     return value
 
 
-def _spec_error(path: Path, line: int, exc: InvalidSpecError, columns: Mapping[str, str]) -> Exception:
+def _spec_error(
+    path: Path, line: int, exc: InvalidSpecError, columns: Mapping[str, str]
+) -> Exception:
     column = columns.get(exc.field_name, exc.field_name)
     return TraceFormatError(path, line, column, str(exc))
 
@@ -147,7 +149,9 @@ def read_pods(path: Path) -> tuple[PodSpec, ...]:
     for line, row in _rows(path, POD_COLUMNS):
         name = row["name"].strip()
         if name in seen:
-            raise TraceFormatError(path, line, "name", f"duplicate pod {name!r} (line {seen[name]})")
+            raise TraceFormatError(
+                path, line, "name", f"duplicate pod {name!r} (line {seen[name]})"
+            )
         seen[name] = line
         spec = (row.get("gpu_spec") or "").strip()
         models = frozenset(part.strip() for part in spec.split("|") if part.strip())

@@ -23,7 +23,8 @@ class BestFitPolicy(PolicyBase):
 
     def score(self, snapshot: ClusterSnapshot, pod: PodSpec, feasible: BoolArray) -> FloatArray:
         """``trunc(100 * (1 - leftover))`` per node."""
-        leftover = 0.5 * (snapshot.cpu_free - pod.cpu_milli) / MAX_SPEC_CPU + 0.5 * (
-            snapshot.gpu_free_total - pod.total_gpu_milli
-        ) / MAX_SPEC_GPU
+        leftover = (
+            0.5 * (snapshot.cpu_free - pod.cpu_milli) / MAX_SPEC_CPU
+            + 0.5 * (snapshot.gpu_free_total - pod.total_gpu_milli) / MAX_SPEC_GPU
+        )
         return np.trunc(100.0 * (1.0 - leftover))

@@ -54,7 +54,8 @@ class ClusteringPolicy(PolicyBase):
             [75, 50, 25],
             default=0,
         )
-        return (base + band).astype(np.float64)
+        scores: FloatArray = (base + band).astype(np.float64)
+        return scores
 
     def _refresh(self, snapshot: ClusterSnapshot, cls: str) -> IntArray:
         """Recount classes on the nodes whose generation changed since the last call."""

@@ -40,7 +40,8 @@ def _first_of_equal_values(free: IntArray, eligible: BoolArray) -> BoolArray:
     width = free.shape[1]
     lower = np.tri(width, width, -1, dtype=np.bool_)
     same = (free[:, :, None] == free[:, None, :]) & eligible[:, None, :] & lower[None, :, :]
-    return eligible & ~same.any(axis=2)
+    first: BoolArray = eligible & ~same.any(axis=2)
+    return first
 
 
 class FGDPolicy(PolicyBase):

@@ -1,0 +1,42 @@
+# gpupool: two commands set everything up.
+#   make demo  - replay the default openb trace on the simulated cluster and show the result
+#   make test  - lint, type-check, check the import contracts and run every test
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TRACE_DIR ?= ../shared/data/openb
+export GPUPOOL_TRACE_DIR ?= $(TRACE_DIR)
+
+.PHONY: demo test lint unit venv bench-speed bench-matrix clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --group dev -e '.[reports]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/gpupool demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/pytest
+
+test: lint unit
+
+bench-speed: $(STAMP)
+	$(BIN)/python bench/placement_speed.py --profile --json out/bench/placement_speed.json
+
+bench-matrix: $(STAMP)
+	$(BIN)/python bench/placement_matrix.py --out out/bench/matrix
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache
