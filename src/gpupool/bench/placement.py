@@ -51,9 +51,9 @@ class SeedOutcome:
     seed: int
     pods: int
     failed: int
-    unallocated_pct: list[float]
-    frag_amount_pct: list[float]
-    frag_ratio_pct: list[float]
+    unallocated_pct: list[float | None]
+    frag_amount_pct: list[float | None]
+    frag_ratio_pct: list[float | None]
     wall_seconds: float
 
 
@@ -84,9 +84,9 @@ def run_job(job: PlacementJob, progress: ProgressSink | None = None) -> SeedOutc
         result.frag_milli, idle, out=np.zeros_like(result.frag_milli), where=idle > 0
     )
 
-    def curve(values: np.ndarray[Any, np.dtype[np.float64]]) -> list[float]:
+    def curve(values: np.ndarray[Any, np.dtype[np.float64]]) -> list[float | None]:
         binned = bin_by_arrival(result.arrived_milli, values, result.total_gpus)
-        return [round(float(v), 4) for v in binned]
+        return [None if np.isnan(v) else round(float(v), 4) for v in binned]
 
     return SeedOutcome(
         seed=job.seed,
@@ -99,7 +99,7 @@ def run_job(job: PlacementJob, progress: ProgressSink | None = None) -> SeedOutc
     )
 
 
-def _summary(per_seed: Sequence[Sequence[float]]) -> dict[str, dict[str, Any]]:
+def _summary(per_seed: Sequence[Sequence[float | None]]) -> dict[str, dict[str, Any]]:
     """Mean, sample sd and per-seed values at each reported load.
 
     A seed whose run never came near a load contributes ``None`` there and is left out of the
@@ -107,7 +107,7 @@ def _summary(per_seed: Sequence[Sequence[float]]) -> dict[str, dict[str, Any]]:
     """
     out: dict[str, dict[str, Any]] = {}
     for pct in REPORTED_ARRIVED_PCT:
-        values = [None if np.isnan(run[pct]) else run[pct] for run in per_seed]
+        values = [run[pct] for run in per_seed]
         present = [value for value in values if value is not None]
         out[str(pct)] = {
             "mean": round(statistics.fmean(present), 4) if present else None,

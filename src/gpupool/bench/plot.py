@@ -13,7 +13,7 @@ import numpy as np
 
 
 def plot_unallocated(
-    curves: Mapping[str, Sequence[Sequence[float]]],
+    curves: Mapping[str, Sequence[Sequence[float | None]]],
     out: Path,
     title: str,
     x_range: tuple[int, int] = (70, 130),
@@ -21,7 +21,7 @@ def plot_unallocated(
     """Median and 25-75 percentile band over seeds, one line per label.
 
     Args:
-        curves: Label to per-seed curves (index = arrived percent).
+        curves: Label to per-seed curves (index = arrived percent, ``None`` = no data).
         out: PNG path to write.
         title: Plot title.
         x_range: Arrived-percent range shown.
@@ -40,7 +40,9 @@ def plot_unallocated(
     xs = np.arange(lo, hi + 1)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, runs in curves.items():
-        data = np.array(runs, dtype=np.float64)[:, lo : hi + 1]
+        data = np.array(
+            [[np.nan if v is None else v for v in run] for run in runs], dtype=np.float64
+        )[:, lo : hi + 1]
         median = np.nanmedian(data, axis=0)
         q25, q75 = np.nanpercentile(data, [25, 75], axis=0)
         (line,) = ax.plot(xs, median, label=label)

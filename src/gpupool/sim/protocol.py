@@ -5,7 +5,8 @@
   clones drawn uniformly with replacement from the original pods are appended after the
   shuffled originals, until the first draw that would exceed the target; as in the authors'
   code that check adds the draw's per-GPU share, not its total, so a multi-GPU draw can
-  overshoot. Above the target, uniformly random pods are removed until it is met.
+  overshoot, and the overshoot stays. Above the target, uniformly random pods are removed
+  until it is met.
 * Score ties are broken by a random node ranking drawn once per seed.
 
 One seed drives everything through independent child streams (numpy ``SeedSequence.spawn``), so
@@ -71,9 +72,10 @@ def tune_arrivals(
             arrivals.append(replace(drawn, name=f"{drawn.name}-tuned-{clone}"))
             requested += drawn.total_gpu_milli
             clone += 1
-    while requested > target:
-        removed = arrivals.pop(int(streams.tuning.integers(len(arrivals))))
-        requested -= removed.total_gpu_milli
+    else:
+        while requested > target:
+            removed = arrivals.pop(int(streams.tuning.integers(len(arrivals))))
+            requested -= removed.total_gpu_milli
     return arrivals
 
 

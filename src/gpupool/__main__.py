@@ -1,0 +1,5 @@
+"""``python -m gpupool`` runs the command-line interface."""
+
+from gpupool.cli import main
+
+main()
