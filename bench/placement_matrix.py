@@ -92,8 +92,11 @@ def run_cell(
     started = time.perf_counter()
     report = placement_report(jobs, run_seeds(jobs, min(usable_cores(), len(jobs))))
     path.write_text(json.dumps(report, allow_nan=False) + "\n")
-    print(f"{trace:>11} {policy:>10}: unallocated@100 {report['unallocated_pct']['100']['mean']}"
-          f" ({time.perf_counter() - started:.0f} s)", flush=True)
+    print(
+        f"{trace:>11} {policy:>10}: unallocated@100 {report['unallocated_pct']['100']['mean']}"
+        f" ({time.perf_counter() - started:.0f} s)",
+        flush=True,
+    )
     return report
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpupool.core.model import PodSpec, RequestKind
-from gpupool.core.snapshot import BoolArray, ClusterSnapshot
+from gpupool.core.snapshot import BoolArray, ClusterSnapshot, IntArray
 
 REASON_MODEL = "node(s) had no GPU of an allowed model"
 REASON_GPU = "Insufficient gpupool.io/gpu"
@@ -30,6 +30,8 @@ REASON_CPU = "Insufficient cpu"
 REASON_MEMORY = "Insufficient memory"
 REASON_PODS = "Too many pods"
 REASON_MIG = "Insufficient MIG slices"
+
+_ALL = slice(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +64,19 @@ class FilterResult:
         return f"{self.feasible_count}/{total} nodes are available: {parts}."
 
 
-def eligible_gpus(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray:
-    """Per node and GPU slot: can this GPU hold one of the pod's per-GPU shares?"""
-    ok = snapshot.gpu_free >= pod.gpu_milli
-    if pod.gpu_milli == 0:
-        ok &= snapshot.gpu_exists
-    if pod.gpu_memory_mib:
-        ok &= snapshot.gpu_memory_free >= pod.gpu_memory_mib
+def eligible_gpus(
+    snapshot: ClusterSnapshot, pod: PodSpec, rows: IntArray | int | slice = _ALL
+) -> BoolArray:
+    """Per node (of ``rows``) and GPU slot: can this GPU hold one of the pod's per-GPU shares?
+
+    A whole GPU is exclusive: it needs the GPU's compute and memory entirely free, so a
+    memory-only share and a whole-GPU pod can never meet on one device.
+    """
+    ok: BoolArray = snapshot.gpu_exists[rows] & (snapshot.gpu_free[rows] >= pod.gpu_milli)
+    if pod.kind is RequestKind.WHOLE:
+        ok &= snapshot.gpu_memory_free[rows] == snapshot.gpu_memory_capacity[rows]
+    elif pod.gpu_memory_mib:
+        ok &= snapshot.gpu_memory_free[rows] >= pod.gpu_memory_mib
     return ok
 
 

@@ -186,8 +186,14 @@ class ClusterSnapshot:
                 raise AllocationError(f"{where}: no GPU {gpu}")
             if self.gpu_free[node, gpu] < pod.gpu_milli:
                 raise AllocationError(f"{where}: GPU {gpu} has too little compute share left")
-            if self.gpu_memory_free[node, gpu] < pod.gpu_memory_mib:
+            if self.gpu_memory_free[node, gpu] < self._memory_taken(pod, node, gpu):
                 raise AllocationError(f"{where}: GPU {gpu} has too little memory left")
+
+    def _memory_taken(self, pod: PodSpec, node: int, gpu: int) -> int:
+        """GPU memory a pod holds on one of its GPUs: all of it for a whole (exclusive) GPU."""
+        if pod.kind is RequestKind.WHOLE:
+            return int(self.gpu_memory_capacity[node, gpu])
+        return pod.gpu_memory_mib
 
     def _mig_slice_free(self, profile: str, node: int) -> bool:
         return profile in self.mig_profiles and bool(
@@ -202,7 +208,10 @@ class ClusterSnapshot:
         if allocation.gpus:
             idx = list(allocation.gpus)
             self.gpu_free[node, idx] += sign * pod.gpu_milli
-            self.gpu_memory_free[node, idx] += sign * pod.gpu_memory_mib
+            if pod.kind is RequestKind.WHOLE:
+                self.gpu_memory_free[node, idx] += sign * self.gpu_memory_capacity[node, idx]
+            else:
+                self.gpu_memory_free[node, idx] += sign * pod.gpu_memory_mib
             self.gpu_free_total[node] += sign * pod.total_gpu_milli
             self.used_gpu_milli -= sign * pod.total_gpu_milli
         if pod.mig_profile:

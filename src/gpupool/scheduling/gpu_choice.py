@@ -12,25 +12,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpupool.core.filtering import eligible_gpus
 from gpupool.core.model import MILLI_PER_GPU, PodSpec
-from gpupool.core.snapshot import BoolArray, ClusterSnapshot
+from gpupool.core.snapshot import ClusterSnapshot
 
 _NEVER = np.iinfo(np.int64).max
-
-
-def eligible_row(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> BoolArray:
-    """GPUs of one node that can hold one of the pod's per-GPU shares."""
-    ok: BoolArray = snapshot.gpu_exists[node] & (snapshot.gpu_free[node] >= pod.gpu_milli)
-    if pod.gpu_memory_mib:
-        ok &= snapshot.gpu_memory_free[node] >= pod.gpu_memory_mib
-    return ok
 
 
 def best_fit_gpus(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> tuple[int, ...]:
     """The ``gpu_count`` eligible GPUs with the least free compute (stable: lowest index first)."""
     if pod.gpu_count == 0:
         return ()
-    key = np.where(eligible_row(snapshot, pod, node), snapshot.gpu_free[node], _NEVER)
+    key = np.where(eligible_gpus(snapshot, pod, node), snapshot.gpu_free[node], _NEVER)
     order = np.argsort(key, kind="stable")[: pod.gpu_count]
     return tuple(int(i) for i in order)
 
@@ -41,5 +34,5 @@ def random_fit_gpus(
     """A uniformly random eligible GPU for a single share; best fit otherwise."""
     if pod.gpu_count != 1 or pod.gpu_milli >= MILLI_PER_GPU:
         return best_fit_gpus(snapshot, pod, node)
-    candidates = np.flatnonzero(eligible_row(snapshot, pod, node))
+    candidates = np.flatnonzero(eligible_gpus(snapshot, pod, node))
     return (int(candidates[rng.integers(candidates.size)]),)

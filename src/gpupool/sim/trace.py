@@ -78,9 +78,14 @@ def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, Mapping[
         if missing:
             raise TraceFormatError(path, 1, missing[0], f"missing column(s) {', '.join(missing)}")
         for row in reader:
-            if None in row or any(value is None for value in row.values()):
+            if None in row:
                 raise TraceFormatError(
-                    path, reader.line_num, None, f"expected {len(header)} fields per row"
+                    path, reader.line_num, None, f"expected {len(header)} fields, got more"
+                )
+            absent = [column for column in header if row[column] is None]
+            if absent:
+                raise TraceFormatError(
+                    path, reader.line_num, absent[0], f"expected {len(header)} fields, got fewer"
                 )
             yield reader.line_num, row
 

@@ -39,6 +39,7 @@ class ClusteringPolicy(PolicyBase):
         self._classes: dict[str, int] = {}
         self._counts: IntArray = np.zeros((0, 0), dtype=np.int64)
         self._seen_gen: IntArray = np.zeros(0, dtype=np.int64)
+        self._snapshot: ClusterSnapshot | None = None
 
     def score(self, snapshot: ClusterSnapshot, pod: PodSpec, feasible: BoolArray) -> FloatArray:
         """Affinity band plus fullness, per node."""
@@ -59,7 +60,8 @@ class ClusteringPolicy(PolicyBase):
 
     def _refresh(self, snapshot: ClusterSnapshot, cls: str) -> IntArray:
         """Recount classes on the nodes whose generation changed since the last call."""
-        if self._seen_gen.shape[0] != snapshot.size:
+        if self._snapshot is not snapshot:
+            self._snapshot = snapshot
             self._classes = {}
             self._counts = np.zeros((snapshot.size, 0), dtype=np.int64)
             self._seen_gen = np.full(snapshot.size, -1, dtype=np.int64)

@@ -60,6 +60,22 @@ class FGDPolicy(PolicyBase):
         self._chosen_pod: PodSpec | None = None
         self._chosen_gpu: IntArray = np.zeros(0, dtype=np.int64)
 
+    def to_score(self, delta_scaled: FloatArray, total_weight: float) -> FloatArray:
+        """Turn fragmentation deltas (times ``W``) into scores: FGD's truncated sigmoid."""
+        return fgd_score(delta_scaled, total_weight)
+
+    def share_pair_scores(
+        self,
+        snapshot: ClusterSnapshot,
+        pod: PodSpec,
+        nodes: IntArray,
+        gpus: IntArray,
+        delta_scaled: FloatArray,
+        total_weight: float,
+    ) -> FloatArray:
+        """Scores of the candidate (node, GPU) pairs of a single share; FGD uses the delta only."""
+        return self.to_score(delta_scaled, total_weight)
+
     def index(self, snapshot: ClusterSnapshot) -> FragmentationIndex:
         """The fragmentation index of ``snapshot``, built on first use and kept current."""
         if self._index is None or self._snapshot is not snapshot:
@@ -96,13 +112,13 @@ class FGDPolicy(PolicyBase):
         if _is_single_share(pod):
             return self._score_share(snapshot, pod, rows, index, before)
         if pod.gpu_count:
-            ok = eligible_gpus(snapshot, pod)[rows]
+            ok = eligible_gpus(snapshot, pod, rows)
             ordered = np.sort(np.where(ok, snapshot.gpu_free[rows], _NEVER), axis=1)
             touched = ordered[:, : pod.gpu_count]
         else:
             touched = np.zeros((rows.size, 0), dtype=np.int64)
         after = index.after_changes(snapshot, rows, touched, pod.gpu_milli, pod.cpu_milli)
-        scores = fgd_score(before - after, index.total_weight)
+        scores = self.to_score(before - after, index.total_weight)
         return scores, np.full(rows.size, -1, dtype=np.int64)
 
     def _score_share(
@@ -114,11 +130,13 @@ class FGDPolicy(PolicyBase):
         before: FloatArray,
     ) -> tuple[FloatArray, IntArray]:
         free = snapshot.gpu_free[rows]
-        candidates = _first_of_equal_values(free, eligible_gpus(snapshot, pod)[rows])
+        candidates = _first_of_equal_values(free, eligible_gpus(snapshot, pod, rows))
         local, gpu = np.nonzero(candidates)
         touched = free[local, gpu][:, None]
         after = index.after_changes(snapshot, rows[local], touched, pod.gpu_milli, pod.cpu_milli)
-        pair_scores = fgd_score(before[local] - after, index.total_weight)
+        pair_scores = self.share_pair_scores(
+            snapshot, pod, rows[local], gpu, before[local] - after, index.total_weight
+        )
         starts = np.flatnonzero(np.r_[True, local[1:] != local[:-1]])
         node_scores = np.maximum.reduceat(pair_scores, starts)
         group = np.cumsum(np.r_[False, local[1:] != local[:-1]])
