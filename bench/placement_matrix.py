@@ -44,7 +44,7 @@ TRACES = (
     "cpu050",
     "cpu200",
 )
-POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd")
+POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "default")
 PUBLISHED_NAMES = {
     "random": "01-Random",
     "dotprod": "02-DotProd",

@@ -988,7 +988,7 @@ def test_workload_rejects_bad_input(counts: dict[ShapeKey, float], coverage: flo
 @pytest.mark.parametrize("name", policy_names())
 def test_registry_builds_every_policy(name: str) -> None:
     policy = build_policy(name, PolicyContext(np.random.default_rng(0), [SHARE, WHOLE, CPU]))
-    assert policy.name == ("fgd" if name == "default" else name)
+    assert policy.name == name
     decision = Scheduler(policy).schedule(main_cluster(), SHARE)
     assert isinstance(decision, Bind)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from gpupool.scheduling.registry import DEFAULT_ALIAS, DEFAULT_POLICY, PolicyContext, build_policy
+from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
 from gpupool.sim.metrics import REPORTED_ARRIVED_PCT, bin_by_arrival
 from gpupool.sim.protocol import DEFAULT_TUNE_RATIO, RunStreams, tie_ranks, tune_arrivals
@@ -177,7 +177,6 @@ def placement_report(
     first = jobs[0]
     return {
         "policy": first.policy,
-        "policy_resolved": DEFAULT_ALIAS if first.policy == DEFAULT_POLICY else first.policy,
         "trace": first.pods_path.stem.removeprefix("openb_pod_list_"),
         "nodes_path": str(first.nodes_path),
         "pods_path": str(first.pods_path),

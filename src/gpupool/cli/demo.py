@@ -13,7 +13,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from gpupool.scheduling.registry import DEFAULT_ALIAS, DEFAULT_POLICY, PolicyContext, build_policy
+from gpupool.scheduling.registry import DEFAULT_POLICY, PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
 from gpupool.sim.metrics import bin_by_arrival
 from gpupool.sim.protocol import RunStreams, tie_ranks, tune_arrivals
@@ -33,7 +33,11 @@ def run_demo(nodes_path: Path, pods_path: Path, policy_name: str, seed: int) -> 
     total_gpus = sum(node.gpu_count for node in trace.nodes)
     arrivals = tune_arrivals(trace.pods, total_gpus, streams)
     policy = build_policy(policy_name, PolicyContext(rng=streams.policy, trace_pods=trace.pods))
-    shown_name = f"default (= {DEFAULT_ALIAS})" if policy_name == DEFAULT_POLICY else policy_name
+    shown_name = (
+        "default (gpupool, workload learned online)"
+        if policy_name == DEFAULT_POLICY
+        else policy_name
+    )
     console.print(
         f"[bold]gpupool demo[/bold]: {len(trace.nodes)} GPU nodes, {total_gpus} GPUs of "
         f"{len({n.gpu_model for n in trace.nodes})} models; {len(trace.pods)} trace pods "

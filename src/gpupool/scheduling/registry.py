@@ -17,6 +17,7 @@ from gpupool.scheduling.policies.bestfit import BestFitPolicy
 from gpupool.scheduling.policies.clustering import ClusteringPolicy
 from gpupool.scheduling.policies.dotprod import DotProdPolicy
 from gpupool.scheduling.policies.fgd import FGDPolicy
+from gpupool.scheduling.policies.gpupool_default import GpupoolPolicy
 from gpupool.scheduling.policies.packing import PackingPolicy
 from gpupool.scheduling.policies.randomfit import RandomPolicy
 from gpupool.scheduling.workload import TargetWorkload
@@ -48,8 +49,7 @@ PUBLISHED: dict[str, PolicyFactory] = {
 """The six policies of the FGD paper, in the paper's order."""
 
 DEFAULT_POLICY = "default"
-DEFAULT_ALIAS = "fgd"
-"""What ``default`` means until gpupool's own policy lands: the best published policy."""
+"""gpupool's own policy, which learns the workload online."""
 
 
 def policy_names() -> list[str]:
@@ -63,8 +63,9 @@ def build_policy(name: str, context: PolicyContext) -> PlacementPolicy:
     Raises:
         ValueError: Unknown name; the message lists the valid ones.
     """
-    key = DEFAULT_ALIAS if name == DEFAULT_POLICY else name
-    factory = PUBLISHED.get(key)
+    if name == DEFAULT_POLICY:
+        return GpupoolPolicy()
+    factory = PUBLISHED.get(name)
     if factory is None:
         raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(policy_names())}")
     return factory(context)

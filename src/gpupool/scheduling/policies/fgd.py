@@ -78,7 +78,11 @@ class FGDPolicy(PolicyBase):
 
     def index(self, snapshot: ClusterSnapshot) -> FragmentationIndex:
         """The fragmentation index of ``snapshot``, built on first use and kept current."""
-        if self._index is None or self._snapshot is not snapshot:
+        if (
+            self._index is None
+            or self._snapshot is not snapshot
+            or self._index.workload is not self.workload
+        ):
             self._index = FragmentationIndex(snapshot, self.workload)
             self._snapshot = snapshot
         self._index.refresh(snapshot)

@@ -1,0 +1,83 @@
+"""Learning the workload mix online, from the pods that have arrived so far.
+
+A real scheduler is never handed the trace: it sees pods one at a time. :class:`OnlineWorkload`
+keeps an exponentially decayed count per request shape (the same shape key FGD uses), so the
+mix tracks drift, and turns it into a :class:`~gpupool.scheduling.workload.TargetWorkload`
+every few pods. Decay is applied lazily: instead of multiplying every count by ``gamma`` on
+each arrival, new arrivals are added with weight ``gamma ** -n``; only the ratios matter.
+
+Weights are rounded to integers (after scaling) when the workload is built, so that the
+fragmentation sums computed from them stay exact (see :mod:`gpupool.scheduling.workload`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from gpupool.core.model import PodSpec
+from gpupool.scheduling.workload import DEFAULT_COVERAGE, ShapeKey, TargetWorkload, shape_key
+
+WEIGHT_RESOLUTION = 1000.0
+"""The heaviest shape gets about this integer weight when a workload is built."""
+
+
+class OnlineWorkload:
+    """A decayed histogram of request shapes.
+
+    During the first ``rebuild_every`` arrivals the workload is rebuilt on every arrival, so the
+    first pods are already placed against the mix seen so far.
+
+    Args:
+        half_life: Arrivals after which an observation counts half as much.
+        rebuild_every: Arrivals between two rebuilds of the target workload.
+        coverage: Share of the (decayed) pods the typical shapes must cover.
+    """
+
+    def __init__(
+        self,
+        half_life: float = 5000.0,
+        rebuild_every: int = 50,
+        coverage: float = DEFAULT_COVERAGE,
+    ) -> None:
+        if half_life <= 0:
+            raise ValueError(f"half_life must be > 0, got {half_life}")
+        if rebuild_every < 1:
+            raise ValueError(f"rebuild_every must be >= 1, got {rebuild_every}")
+        self.coverage = coverage
+        self.rebuild_every = rebuild_every
+        self._growth = 2.0 ** (1.0 / half_life)
+        self._boost = 1.0
+        self._counts: defaultdict[ShapeKey, float] = defaultdict(float)
+        self._since_build = 0
+        self._built: TargetWorkload | None = None
+        self.observed = 0
+
+    def observe(self, pod: PodSpec) -> None:
+        """Count one arrival."""
+        self._counts[shape_key(pod)] += self._boost
+        self._boost *= self._growth
+        self.observed += 1
+        self._since_build += 1
+        if self._boost > 1e100:  # renormalise long before floats overflow
+            self._counts = defaultdict(float, {k: v / self._boost for k, v in self._counts.items()})
+            self._boost = 1.0
+
+    def shares(self) -> dict[ShapeKey, float]:
+        """Current decayed share of each shape (sums to 1)."""
+        total = sum(self._counts.values())
+        return {key: value / total for key, value in self._counts.items()}
+
+    def current(self) -> TargetWorkload | None:
+        """The workload to plan for now; ``None`` before the first arrival."""
+        if not self._counts:
+            return None
+        warming_up = self.observed <= self.rebuild_every
+        if self._built is None or warming_up or self._since_build >= self.rebuild_every:
+            top = max(self._counts.values())
+            scaled = {
+                key: max(1.0, round(value / top * WEIGHT_RESOLUTION))
+                for key, value in self._counts.items()
+            }
+            self._built = TargetWorkload.from_counts(scaled, self.coverage)
+            self._since_build = 0
+        return self._built
