@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
@@ -116,3 +117,27 @@ def test_demo_without_trace_says_where_it_looked(tmp_path: Path) -> None:
     done = gpupool("demo", env={"GPUPOOL_TRACE_DIR": str(tmp_path)})
     assert done.returncode == 2
     assert "GPUPOOL_TRACE_DIR" in done.stderr
+
+
+def test_explain_shows_the_terms_behind_the_best_nodes(trace_dir: Path) -> None:
+    done = gpupool(
+        "explain", "--at-percent", "30", "--top", "2",
+        env={"GPUPOOL_TRACE_DIR": str(trace_dir), "COLUMNS": "160"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "30% of GPU capacity arrived" in done.stdout
+    assert "Best 2 nodes" in done.stdout
+    rows = [line for line in done.stdout.splitlines() if "openb-node-" in line]
+    assert len(rows) == 2
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("│┃ ").split("│")]
+        before, after, score, bonus, total = (float(c) for c in cells[1:6])
+        assert total == pytest.approx(score + bonus, abs=1e-3)
+        expected = np.trunc(100 / (1 + np.exp(-(before - after))))
+        assert abs(score - expected) <= 1  # the table rounds the fragmentation to 3 places
+
+
+def test_explain_rejects_a_load_out_of_range() -> None:
+    done = gpupool("explain", "--at-percent", "150")
+    assert done.returncode == 2
+    assert "--at-percent" in done.stderr

@@ -30,6 +30,7 @@ EXPECTED_UNALLOCATED_AT_100: dict[str, float] = {
     "packing": 7.62,
     "bestfit": 7.86,
     "fgd": 5.44,
+    "default": 5.09,
 }
 
 
@@ -70,6 +71,7 @@ def test_policies_keep_their_published_order(measured: dict[str, tuple[float, fl
     at_100 = {name: values[0] for name, values in measured.items()}
     assert at_100["fgd"] < at_100["bestfit"] < at_100["dotprod"] < at_100["random"]
     assert at_100["fgd"] < min(at_100["packing"], at_100["clustering"])
+    assert at_100["default"] < at_100["bestfit"]
 
 
 def test_load_never_reduces_allocation(measured: dict[str, tuple[float, float]]) -> None:

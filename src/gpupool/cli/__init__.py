@@ -130,6 +130,30 @@ def demo(
     """Replay the default openb trace on the embedded simulated cluster and summarise it."""
     from gpupool.cli.demo import run_demo
 
+    nodes, pods = _default_trace()
+    run_demo(nodes, pods, policy, seed)
+
+
+@app.command()
+def explain(
+    at_percent: Annotated[float, typer.Option(help="Arrived load to replay to first.")] = 60.0,
+    seed: Annotated[int, typer.Option(help="Seed of the replay.")] = 42,
+    top: Annotated[int, typer.Option(help="How many candidate nodes to show.")] = 5,
+) -> None:
+    """Show where the default policy would put the next pod of the default trace, and why."""
+    from rich.console import Console
+
+    from gpupool.cli.explain import run_explain
+
+    if not 0 <= at_percent <= 130:
+        raise _fail("--at-percent: must be between 0 and 130")
+    if top < 1:
+        raise _fail("--top: must be >= 1")
+    nodes, pods = _default_trace()
+    run_explain(nodes, pods, seed, at_percent, top, Console())
+
+
+def _default_trace() -> tuple[Path, Path]:
     directory = trace_dir()
     nodes, pods = directory / NODES_FILE, directory / "openb_pod_list_default.csv"
     for path in (nodes, pods):
@@ -138,7 +162,7 @@ def demo(
                 f"trace file {path} not found; set {TRACE_DIR_ENV} to the folder "
                 "holding the openb CSV files"
             )
-    run_demo(nodes, pods, policy, seed)
+    return nodes, pods
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from gpupool.cli.explain import run_explain
 from gpupool.scheduling.registry import DEFAULT_POLICY, PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
 from gpupool.sim.metrics import bin_by_arrival
@@ -21,6 +22,7 @@ from gpupool.sim.replay import replay
 from gpupool.sim.trace import read_trace
 
 SHOWN_LOADS = (50, 70, 80, 90, 95, 100, 110, 120, 130)
+EXPLAIN_AT_PERCENT = 60.0
 PUBLISHED_FGD_AT_100 = 4.77
 """FGD's mean unallocated % at 100% arrived on the default trace (10 seeds, FGD artifact CSV)."""
 
@@ -102,3 +104,6 @@ def run_demo(nodes_path: Path, pods_path: Path, policy_name: str, seed: int) -> 
         f"Replay took {result.wall_seconds:.2f} s ({per_pod_us:.0f} µs per pod, "
         f"{np.count_nonzero(snapshot.pods_free < snapshot.pods_capacity)} nodes in use)."
     )
+    if policy_name == DEFAULT_POLICY:
+        console.print()
+        run_explain(nodes_path, pods_path, seed, EXPLAIN_AT_PERCENT, 3, console)
