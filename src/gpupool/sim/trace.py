@@ -13,9 +13,10 @@ and nothing is silently skipped. One tolerance is inherited from the authors' co
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from gpupool.core.model import MILLI_PER_GPU, InvalidSpecError, NodeSpec, PodSpec
 
@@ -23,6 +24,8 @@ NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 OPENB_MAX_PODS = 1001
 """Pod slots per node in the FGD simulator's node YAML."""
+
+SpecT = TypeVar("SpecT", NodeSpec, PodSpec)
 
 _POD_FIELD_TO_COLUMN = {
     "name": "name",
@@ -103,11 +106,40 @@ def _integer(path: Path, line: int, row: Mapping[str, str], column: str) -> int:
     return value
 
 
-def _spec_error(
-    path: Path, line: int, exc: InvalidSpecError, columns: Mapping[str, str]
-) -> Exception:
-    column = columns.get(exc.field_name, exc.field_name)
-    return TraceFormatError(path, line, column, str(exc))
+def _read_specs(
+    path: Path,
+    required: tuple[str, ...],
+    kind: str,
+    columns: Mapping[str, str],
+    build: Callable[[int, Mapping[str, str]], SpecT],
+) -> tuple[SpecT, ...]:
+    """Read rows into specs; duplicate names and invalid specs become TraceFormatErrors.
+
+    Args:
+        path: The CSV file.
+        required: Columns the header must have; the first one holds the name.
+        kind: "node" or "pod", for messages.
+        columns: Spec field name to CSV column, to name the column of an invalid field.
+        build: Makes one spec from (line, row); may raise InvalidSpecError.
+    """
+    specs: list[SpecT] = []
+    seen: dict[str, int] = {}
+    name_column = required[0]
+    for line, row in _rows(path, required):
+        name = row[name_column].strip()
+        if name in seen:
+            raise TraceFormatError(
+                path, line, name_column, f"duplicate {kind} {name!r} (line {seen[name]})"
+            )
+        seen[name] = line
+        try:
+            specs.append(build(line, row))
+        except InvalidSpecError as exc:
+            column = columns.get(exc.field_name, exc.field_name)
+            raise TraceFormatError(path, line, column, str(exc)) from exc
+    if not specs:
+        raise TraceFormatError(path, 1, None, f"no {kind}s")
+    return tuple(specs)
 
 
 def read_nodes(path: Path) -> tuple[NodeSpec, ...]:
@@ -116,31 +148,19 @@ def read_nodes(path: Path) -> tuple[NodeSpec, ...]:
     Raises:
         TraceFormatError: The file is missing, a column is missing, or a row is malformed.
     """
-    nodes: list[NodeSpec] = []
-    seen: dict[str, int] = {}
-    for line, row in _rows(path, NODE_COLUMNS):
-        name = row["sn"].strip()
-        if name in seen:
-            raise TraceFormatError(path, line, "sn", f"duplicate node {name!r} (line {seen[name]})")
-        seen[name] = line
+
+    def build(line: int, row: Mapping[str, str]) -> NodeSpec:
         gpus = _integer(path, line, row, "gpu")
-        model = row["model"].strip()
-        try:
-            nodes.append(
-                NodeSpec(
-                    name=name,
-                    cpu_milli=_integer(path, line, row, "cpu_milli"),
-                    memory_mib=_integer(path, line, row, "memory_mib"),
-                    gpu_count=gpus,
-                    gpu_model=model if gpus else "",
-                    max_pods=OPENB_MAX_PODS,
-                )
-            )
-        except InvalidSpecError as exc:
-            raise _spec_error(path, line, exc, _NODE_FIELD_TO_COLUMN) from exc
-    if not nodes:
-        raise TraceFormatError(path, 1, None, "no nodes")
-    return tuple(nodes)
+        return NodeSpec(
+            name=row["sn"].strip(),
+            cpu_milli=_integer(path, line, row, "cpu_milli"),
+            memory_mib=_integer(path, line, row, "memory_mib"),
+            gpu_count=gpus,
+            gpu_model=row["model"].strip() if gpus else "",
+            max_pods=OPENB_MAX_PODS,
+        )
+
+    return _read_specs(path, NODE_COLUMNS, "node", _NODE_FIELD_TO_COLUMN, build)
 
 
 def read_pods(path: Path) -> tuple[PodSpec, ...]:
@@ -149,34 +169,19 @@ def read_pods(path: Path) -> tuple[PodSpec, ...]:
     Raises:
         TraceFormatError: The file is missing, a column is missing, or a row is malformed.
     """
-    pods: list[PodSpec] = []
-    seen: dict[str, int] = {}
-    for line, row in _rows(path, POD_COLUMNS):
-        name = row["name"].strip()
-        if name in seen:
-            raise TraceFormatError(
-                path, line, "name", f"duplicate pod {name!r} (line {seen[name]})"
-            )
-        seen[name] = line
+
+    def build(line: int, row: Mapping[str, str]) -> PodSpec:
         spec = (row.get("gpu_spec") or "").strip()
-        models = frozenset(part.strip() for part in spec.split("|") if part.strip())
-        gpu_milli = min(_integer(path, line, row, "gpu_milli"), MILLI_PER_GPU)
-        try:
-            pods.append(
-                PodSpec(
-                    name=name,
-                    cpu_milli=_integer(path, line, row, "cpu_milli"),
-                    memory_mib=_integer(path, line, row, "memory_mib"),
-                    gpu_count=_integer(path, line, row, "num_gpu"),
-                    gpu_milli=gpu_milli,
-                    gpu_models=models,
-                )
-            )
-        except InvalidSpecError as exc:
-            raise _spec_error(path, line, exc, _POD_FIELD_TO_COLUMN) from exc
-    if not pods:
-        raise TraceFormatError(path, 1, None, "no pods")
-    return tuple(pods)
+        return PodSpec(
+            name=row["name"].strip(),
+            cpu_milli=_integer(path, line, row, "cpu_milli"),
+            memory_mib=_integer(path, line, row, "memory_mib"),
+            gpu_count=_integer(path, line, row, "num_gpu"),
+            gpu_milli=min(_integer(path, line, row, "gpu_milli"), MILLI_PER_GPU),
+            gpu_models=frozenset(part.strip() for part in spec.split("|") if part.strip()),
+        )
+
+    return _read_specs(path, POD_COLUMNS, "pod", _POD_FIELD_TO_COLUMN, build)
 
 
 def trace_name(pods_path: Path) -> str:
