@@ -161,7 +161,7 @@ def main() -> None:
 
 
 def markdown(cells: list[dict[str, Any]], traces: list[str], policies: list[str]) -> str:
-    """Two tables (arrived 100 and 130): ours / published, mean ± sd, with the verdict at 100."""
+    """Tables: ours / published (mean ± sd) at arrived 100 and 130, then default against FGD."""
     index = {(cell["trace"], cell["policy"]): cell for cell in cells}
     lines: list[str] = []
     for load in LOADS:
@@ -175,9 +175,25 @@ def markdown(cells: list[dict[str, Any]], traces: list[str], policies: list[str]
                 text = f"{cell['ours_mean']:.2f}±{cell['ours_sd']:.2f}"
                 if cell["published_mean"] is not None:
                     text += f" / {cell['published_mean']:.2f}±{cell['published_sd']:.2f}"
-                if load == "100" and cell["verdict"] != "ok":
-                    text += f" **{cell['verdict']}**"
+                    if load == "100" and cell["verdict"] != "ok":
+                        text += f" **{cell['verdict']}**"
                 row.append(text)
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    if "default" in policies and "fgd" in policies:
+        lines.append(
+            "gpupool `default` against our FGD, same seeds (unallocated %, lower is better)\n"
+        )
+        lines.append(
+            "| trace | FGD @100 | default @100 | change | FGD @130 | default @130 | change |"
+        )
+        lines.append("|---|---|---|---|---|---|---|")
+        for trace in traces:
+            row = [trace]
+            for load in LOADS:
+                fgd = index[(trace, "fgd")][load]["ours_mean"]
+                ours = index[(trace, "default")][load]["ours_mean"]
+                row += [f"{fgd:.2f}", f"{ours:.2f}", f"{(ours - fgd) / fgd * 100:+.1f}%"]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     return "\n".join(lines)
