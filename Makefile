@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TRACE_DIR ?= ../shared/data/openb
 export GPUPOOL_TRACE_DIR ?= $(TRACE_DIR)
 
-.PHONY: demo test lint unit venv bench-speed bench-matrix clean
+.PHONY: demo test lint unit venv bench-speed bench-matrix control-plane clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ bench-speed: $(STAMP)
 
 bench-matrix: $(STAMP)
 	$(BIN)/python bench/placement_matrix.py --out out/bench/matrix
+
+# Real kube-apiserver, kube-scheduler, etcd and kwok from Go modules, cached outside the repo
+# (groundwork for the live-cluster integration tests; needs Go >= 1.26).
+control-plane:
+	scripts/build-control-plane.sh
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache
