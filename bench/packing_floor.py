@@ -35,7 +35,7 @@ import numpy as np
 
 from gpupool.cli.options import parse_seeds
 from gpupool.core.model import MILLI_PER_GPU, PodSpec
-from gpupool.sim.protocol import RunStreams, tune_arrivals
+from gpupool.sim.protocol import seeded_run
 from gpupool.sim.trace import read_trace
 
 TRACES = ("default", "gpushare40", "gpushare80", "multigpu20", "multigpu40", "gpuspec10",
@@ -114,11 +114,11 @@ def main() -> None:
             args.trace_dir / "openb_node_list_gpu_node.csv",
             args.trace_dir / f"openb_pod_list_{trace_name}.csv",
         )
-        total_gpus = sum(node.gpu_count for node in trace.nodes)
         floors, placed_floors = [], []
         for seed in parse_seeds(args.seeds):
-            arrivals = tune_arrivals(trace.pods, total_gpus, RunStreams.from_seed(seed))
-            shares = arrived_shares(arrivals, total_gpus * MILLI_PER_GPU)
+            run = seeded_run(trace.nodes, trace.pods, seed)
+            total_gpus = run.total_gpus
+            shares = arrived_shares(run.arrivals, total_gpus * MILLI_PER_GPU)
             floors.append(share_floor_milli(shares) / (total_gpus * 10))
             placed_floors.append(share_floor_milli(shares, False) / (total_gpus * 10))
         out[trace_name] = {

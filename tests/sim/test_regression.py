@@ -17,7 +17,7 @@ import pytest
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
 from gpupool.sim.metrics import bin_by_arrival
-from gpupool.sim.protocol import RunStreams, tie_ranks, tune_arrivals
+from gpupool.sim.protocol import seeded_run
 from gpupool.sim.replay import replay
 from gpupool.sim.trace import read_trace
 
@@ -39,17 +39,10 @@ def unallocated_at(trace_dir: Path, policy_name: str) -> tuple[float, float]:
         trace_dir / "openb_node_list_gpu_node.csv", trace_dir / "openb_pod_list_default.csv"
     )
     nodes = sorted(trace.nodes, key=lambda node: node.name)[::4]
-    total_gpus = sum(node.gpu_count for node in nodes)
-    streams = RunStreams.from_seed(SEED)
-    arrivals = tune_arrivals(trace.pods, total_gpus, streams)
-    policy = build_policy(policy_name, PolicyContext(streams.policy, trace.pods))
-    result = replay(
-        nodes,
-        arrivals,
-        policy,
-        TargetWorkload.from_pods(trace.pods),
-        tie_ranks(len(nodes), streams),
-    )
+    run = seeded_run(nodes, trace.pods, SEED)
+    total_gpus = run.total_gpus
+    policy = build_policy(policy_name, PolicyContext(run.policy_rng, trace.pods))
+    result = replay(nodes, run.arrivals, policy, TargetWorkload.from_pods(trace.pods), run.tie_rank)
     used_pct = result.used_milli / (total_gpus * 10)
     curve = 100.0 - bin_by_arrival(result.arrived_milli, used_pct, total_gpus)
     return float(curve[100]), float(curve[130])

@@ -25,7 +25,7 @@ import numpy as np
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
 from gpupool.sim.metrics import REPORTED_ARRIVED_PCT, bin_by_arrival
-from gpupool.sim.protocol import DEFAULT_TUNE_RATIO, RunStreams, tie_ranks, tune_arrivals
+from gpupool.sim.protocol import DEFAULT_TUNE_RATIO, seeded_run
 from gpupool.sim.replay import replay
 from gpupool.sim.trace import read_trace
 
@@ -60,10 +60,8 @@ class SeedOutcome:
 def run_job(job: PlacementJob, progress: ProgressSink | None = None) -> SeedOutcome:
     """Run one seed; the reading of the trace is not timed, the replay is."""
     trace = read_trace(job.nodes_path, job.pods_path)
-    streams = RunStreams.from_seed(job.seed)
-    total_gpus = sum(node.gpu_count for node in trace.nodes)
-    arrivals = tune_arrivals(trace.pods, total_gpus, streams, job.tune_ratio)
-    policy = build_policy(job.policy, PolicyContext(rng=streams.policy, trace_pods=trace.pods))
+    run = seeded_run(trace.nodes, trace.pods, job.seed, job.tune_ratio)
+    policy = build_policy(job.policy, PolicyContext(rng=run.policy_rng, trace_pods=trace.pods))
     metric_workload = TargetWorkload.from_pods(trace.pods)
 
     def report(done: int, total: int) -> None:
@@ -72,10 +70,10 @@ def run_job(job: PlacementJob, progress: ProgressSink | None = None) -> SeedOutc
 
     result = replay(
         trace.nodes,
-        arrivals,
+        run.arrivals,
         policy,
         metric_workload,
-        tie_rank=tie_ranks(len(trace.nodes), streams),
+        tie_rank=run.tie_rank,
         progress=report,
     )
     capacity = result.total_gpus * 1000
@@ -90,7 +88,7 @@ def run_job(job: PlacementJob, progress: ProgressSink | None = None) -> SeedOutc
 
     return SeedOutcome(
         seed=job.seed,
-        pods=len(arrivals),
+        pods=len(run.arrivals),
         failed=result.failed,
         unallocated_pct=curve(100.0 - result.used_milli / capacity * 100.0),
         frag_amount_pct=curve(result.frag_milli / capacity * 100.0),

@@ -17,7 +17,7 @@ from gpupool.cli.explain import run_explain
 from gpupool.scheduling.registry import DEFAULT_POLICY, PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
 from gpupool.sim.metrics import bin_by_arrival
-from gpupool.sim.protocol import RunStreams, tie_ranks, tune_arrivals
+from gpupool.sim.protocol import seeded_run
 from gpupool.sim.replay import replay
 from gpupool.sim.trace import read_trace
 
@@ -31,10 +31,9 @@ def run_demo(nodes_path: Path, pods_path: Path, policy_name: str, seed: int) -> 
     """Replay, then print the cluster, the load curve, per-model fill and failure reasons."""
     console = Console()
     trace = read_trace(nodes_path, pods_path)
-    streams = RunStreams.from_seed(seed)
-    total_gpus = sum(node.gpu_count for node in trace.nodes)
-    arrivals = tune_arrivals(trace.pods, total_gpus, streams)
-    policy = build_policy(policy_name, PolicyContext(rng=streams.policy, trace_pods=trace.pods))
+    run = seeded_run(trace.nodes, trace.pods, seed)
+    arrivals, total_gpus = run.arrivals, run.total_gpus
+    policy = build_policy(policy_name, PolicyContext(rng=run.policy_rng, trace_pods=trace.pods))
     shown_name = (
         "default (gpupool, workload learned online)"
         if policy_name == DEFAULT_POLICY
@@ -52,7 +51,7 @@ def run_demo(nodes_path: Path, pods_path: Path, policy_name: str, seed: int) -> 
             arrivals,
             policy,
             TargetWorkload.from_pods(trace.pods),
-            tie_rank=tie_ranks(len(trace.nodes), streams),
+            tie_rank=run.tie_rank,
         )
     capacity = result.total_gpus * 1000
     unallocated = bin_by_arrival(

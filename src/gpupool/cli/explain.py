@@ -16,7 +16,7 @@ from rich.table import Table
 from gpupool.core.filtering import filter_nodes
 from gpupool.scheduling.policies.gpupool_default import GpupoolPolicy
 from gpupool.scheduling.workload import TargetWorkload
-from gpupool.sim.protocol import RunStreams, tie_ranks, tune_arrivals
+from gpupool.sim.protocol import seeded_run
 from gpupool.sim.replay import replay
 from gpupool.sim.trace import read_trace
 
@@ -26,16 +26,14 @@ def run_explain(
 ) -> None:
     """Replay to ``at_percent`` arrived load, then explain the next pod's best ``top`` nodes."""
     trace = read_trace(nodes_path, pods_path)
-    streams = RunStreams.from_seed(seed)
-    total_gpus = sum(node.gpu_count for node in trace.nodes)
-    arrivals = tune_arrivals(trace.pods, total_gpus, streams)
+    run = seeded_run(trace.nodes, trace.pods, seed)
+    arrivals, total_gpus, ranks = run.arrivals, run.total_gpus, run.tie_rank
     arrived = np.cumsum([pod.total_gpu_milli for pod in arrivals])
     cut = int(np.searchsorted(arrived, at_percent / 100 * total_gpus * 1000))
     cut = min(cut, len(arrivals) - 1)
     policy = GpupoolPolicy()
-    ranks = tie_ranks(len(trace.nodes), streams)
     result = replay(
-        trace.nodes, arrivals[:cut], policy, TargetWorkload.from_pods(arrivals[:cut]), ranks
+        trace.nodes, arrivals[:cut], policy, TargetWorkload.from_pods(trace.pods), ranks
     )
     snapshot, pod = result.snapshot, arrivals[cut]
     policy.observe(pod)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gpupool.core.model import MILLI_PER_GPU, PodSpec
+from gpupool.core.model import MILLI_PER_GPU, NodeSpec, PodSpec
 from gpupool.core.snapshot import IntArray
 
 DEFAULT_TUNE_RATIO = 1.3
@@ -82,3 +82,37 @@ def tune_arrivals(
 def tie_ranks(node_count: int, streams: RunStreams) -> IntArray:
     """A random rank per node; among equal scores the lowest rank wins."""
     return streams.nodes.permutation(node_count).astype(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class SeededRun:
+    """Everything one seed fixes before a replay starts.
+
+    Attributes:
+        arrivals: The shuffled, tuned arrival order.
+        tie_rank: The per-seed node ranking for score ties.
+        policy_rng: The stream a policy may draw from (Random's picks).
+        total_gpus: GPUs in the cluster.
+    """
+
+    arrivals: list[PodSpec]
+    tie_rank: IntArray
+    policy_rng: np.random.Generator
+    total_gpus: int
+
+
+def seeded_run(
+    nodes: Sequence[NodeSpec],
+    pods: Sequence[PodSpec],
+    seed: int,
+    ratio: float = DEFAULT_TUNE_RATIO,
+) -> SeededRun:
+    """Draw the arrivals, the node ranking and the policy stream of ``seed``."""
+    streams = RunStreams.from_seed(seed)
+    total_gpus = sum(node.gpu_count for node in nodes)
+    return SeededRun(
+        arrivals=tune_arrivals(pods, total_gpus, streams, ratio),
+        tie_rank=tie_ranks(len(nodes), streams),
+        policy_rng=streams.policy,
+        total_gpus=total_gpus,
+    )
