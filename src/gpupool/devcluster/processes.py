@@ -1,0 +1,93 @@
+"""Child processes of a local control plane: start with a log file, wait until ready, stop.
+
+Each process writes to its own log in the cluster folder, so a failed start can say why (the
+last lines of the log go into the error). Stopping sends SIGTERM and, after a grace period,
+SIGKILL; ``kill()`` is the SIGKILL the crash tests need.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+STOP_GRACE_SECONDS = 10.0
+
+
+class StartError(RuntimeError):
+    """A control-plane process exited or did not become ready in time."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ManagedProcess:
+    """One child process with its log file.
+
+    Args:
+        name: Short name for messages (``etcd``, ``kube-apiserver``...).
+        argv: Command line.
+        log_path: Where stdout and stderr go.
+    """
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self._log = log_path.open("ab")
+        self.process = subprocess.Popen(
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    @property
+    def running(self) -> bool:
+        """Whether the process has not exited."""
+        return self.process.poll() is None
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the log, for error messages."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def wait_ready(self, probe: Callable[[], bool], timeout: float) -> None:
+        """Poll ``probe`` until it returns True.
+
+        Raises:
+            StartError: The process exited, or ``timeout`` seconds passed.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running:
+                raise StartError(
+                    f"{self.name} exited with {self.process.returncode}:\n{self.log_tail()}"
+                )
+            if probe():
+                return
+            time.sleep(0.1)
+        raise StartError(f"{self.name} not ready after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a grace period; idempotent."""
+        if self.running:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()
+
+    def kill(self) -> None:
+        """SIGKILL now and reap."""
+        if self.running:
+            self.process.kill()
+            self.process.wait()
