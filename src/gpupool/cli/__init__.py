@@ -14,7 +14,10 @@ from typing import Annotated, Any
 
 import typer
 
-from gpupool.cli.options import SeedsError, parse_seeds
+from gpupool.cli.bench_live import bench_live
+from gpupool.cli.controlplane import control_plane
+from gpupool.cli.devcluster import devcluster_app
+from gpupool.cli.options import SeedsError, fail, parse_seeds
 
 app = typer.Typer(
     help="gpupool: shared GPUs for Kubernetes, schedulable, isolated, reclaimable, governable.",
@@ -24,6 +27,9 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Benchmarks that print numbers and write JSON.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+app.command("control-plane")(control_plane)
+app.add_typer(devcluster_app, name="dev-cluster")
+bench_app.command("live")(bench_live)
 
 TRACE_DIR_ENV = "GPUPOOL_TRACE_DIR"
 DEFAULT_TRACE_DIR = Path("../shared/data/openb")
@@ -33,11 +39,6 @@ NODES_FILE = "openb_node_list_gpu_node.csv"
 def trace_dir() -> Path:
     """Where the openb trace lives: ``$GPUPOOL_TRACE_DIR`` or ``../shared/data/openb``."""
     return Path(os.environ.get(TRACE_DIR_ENV, DEFAULT_TRACE_DIR))
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
 
 
 @bench_app.command("placement")
@@ -61,18 +62,18 @@ def bench_placement(
     from gpupool.scheduling.registry import policy_names
 
     if policy not in policy_names():
-        raise _fail(
+        raise fail(
             f"--policy: unknown policy {policy!r}; choose one of {', '.join(policy_names())}"
         )
     try:
         seed_list = parse_seeds(seeds)
     except SeedsError as exc:
-        raise _fail(f"--seeds: {exc}") from None
+        raise fail(f"--seeds: {exc}") from None
     if tune_ratio <= 0:
-        raise _fail("--tune-ratio: must be > 0")
+        raise fail("--tune-ratio: must be > 0")
     for option, path in (("--nodes", nodes), ("--pods", pods)):
         if not path.is_file():
-            raise _fail(f"{option}: no such file {path}")
+            raise fail(f"{option}: no such file {path}")
     workers = jobs if jobs > 0 else usable_cores()
     placement_jobs = [PlacementJob(nodes, pods, policy, seed, tune_ratio) for seed in seed_list]
     from gpupool.sim.trace import TraceFormatError
@@ -81,7 +82,7 @@ def bench_placement(
         with seed_progress(seed_list, f"{policy} on {pods.name}") as progress:
             outcomes = run_seeds(placement_jobs, min(workers, len(seed_list)), progress)
     except TraceFormatError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     report = placement_report(placement_jobs, outcomes)
     _print_placement(report)
     if json_out is not None:
@@ -146,9 +147,9 @@ def explain(
     from gpupool.cli.explain import run_explain
 
     if not 0 <= at_percent <= 130:
-        raise _fail("--at-percent: must be between 0 and 130")
+        raise fail("--at-percent: must be between 0 and 130")
     if top < 1:
-        raise _fail("--top: must be >= 1")
+        raise fail("--top: must be >= 1")
     nodes, pods = _default_trace()
     run_explain(nodes, pods, seed, at_percent, top, Console())
 
@@ -158,7 +159,7 @@ def _default_trace() -> tuple[Path, Path]:
     nodes, pods = directory / NODES_FILE, directory / "openb_pod_list_default.csv"
     for path in (nodes, pods):
         if not path.is_file():
-            raise _fail(
+            raise fail(
                 f"trace file {path} not found; set {TRACE_DIR_ENV} to the folder "
                 "holding the openb CSV files"
             )

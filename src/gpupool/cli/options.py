@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import typer
+
 MAX_SEEDS = 1000
 
 
@@ -34,3 +36,9 @@ def parse_seeds(text: str) -> list[int]:
     if len(set(seeds)) != len(seeds):
         raise SeedsError(f"duplicate seeds in {text!r}")
     return seeds
+
+
+def fail(message: str) -> typer.Exit:
+    """Print ``error: message`` (which names the option) and return the exit to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)

@@ -80,9 +80,20 @@ def eligible_gpus(
     return ok
 
 
-def filter_nodes(snapshot: ClusterSnapshot, pod: PodSpec) -> FilterResult:
-    """Evaluate every check for ``pod`` on every node of ``snapshot``."""
-    checks: list[tuple[str, BoolArray]] = []
+NodeCheck = tuple[str, BoolArray]
+"""A named per-node pass mask computed outside the core (node selector, taints, readiness)."""
+
+
+def filter_nodes(
+    snapshot: ClusterSnapshot, pod: PodSpec, extra_checks: tuple[NodeCheck, ...] = ()
+) -> FilterResult:
+    """Evaluate every check for ``pod`` on every node of ``snapshot``.
+
+    ``extra_checks`` are masks the caller computed from what the resource model does not hold
+    (a live cluster's node selectors, taints and readiness); they count in the reasons like any
+    other check.
+    """
+    checks: list[tuple[str, BoolArray]] = list(extra_checks)
     kind = pod.kind
     if kind is RequestKind.WHOLE or kind is RequestKind.SHARE:
         model_ok = snapshot.model_mask(pod.gpu_models)

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.core.decisions import Bind, Decision, Reject
-from gpupool.core.filtering import filter_nodes
+from gpupool.core.filtering import NodeCheck, filter_nodes
 from gpupool.core.model import PodSpec
 from gpupool.core.snapshot import Allocation, BoolArray, ClusterSnapshot, IntArray
 
@@ -55,10 +55,16 @@ class Scheduler:
         self.policy = policy
         self.tie_rank = tie_rank
 
-    def schedule(self, snapshot: ClusterSnapshot, pod: PodSpec) -> Decision:
-        """Decide where ``pod`` goes on ``snapshot`` (read-only)."""
+    def schedule(
+        self, snapshot: ClusterSnapshot, pod: PodSpec, extra_checks: tuple[NodeCheck, ...] = ()
+    ) -> Decision:
+        """Decide where ``pod`` goes on ``snapshot`` (read-only).
+
+        ``extra_checks`` are per-node masks from outside the resource model (see
+        :func:`~gpupool.core.filtering.filter_nodes`).
+        """
         self.policy.observe(pod)
-        result = filter_nodes(snapshot, pod)
+        result = filter_nodes(snapshot, pod, extra_checks)
         feasible = np.flatnonzero(result.mask)
         if feasible.size == 0:
             return Reject(pod=pod, message=result.message(), reasons=result.reasons())

@@ -55,7 +55,7 @@ def _issue(
     subject: x509.Name,
     key: ec.EllipticCurvePrivateKey,
     issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None,
-    usage: ExtendedKeyUsageOID | None,
+    usage: x509.ObjectIdentifier | None,
     sans: list[x509.GeneralName] | None = None,
 ) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)

@@ -1,0 +1,78 @@
+"""The gpupool.io CustomResourceDefinitions (GPUPool, GPUQueue) and how to install them.
+
+The definitions live as YAML files in the package (``crds/``) rather than as Python dicts, so
+that an operator can ``kubectl apply -f`` exactly what the control plane installs, and review the
+schema where the API server reads it. The schemas carry the validation (enums, bounds, CEL rules
+across fields), so a bad pool or queue is refused by the API server with the field named, before
+any gpupool process sees it.
+
+:func:`install_crds` is idempotent: it creates each definition or replaces an older one, then
+waits for ``Established``, the point from which the API server serves the new resource.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from gpupool.kube.api import ApiError, JsonObject, KubeAPI
+
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+_POLL_SECONDS = 0.1
+
+
+def crd_manifests() -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions shipped in the package, parsed, in file name order."""
+    folder = resources.files("gpupool.kube") / "crds"
+    files = sorted(
+        (entry for entry in folder.iterdir() if entry.name.endswith(".yaml")),
+        key=lambda entry: entry.name,
+    )
+    return [yaml.safe_load(entry.read_text(encoding="utf-8")) for entry in files]
+
+
+async def install_crds(api: KubeAPI, timeout: float = 30.0) -> None:
+    """Create or update every gpupool CRD and wait until the API server serves them.
+
+    Args:
+        api: A client allowed to write CustomResourceDefinitions.
+        timeout: Seconds, for all definitions together, to become ``Established``.
+
+    Raises:
+        ApiError: The API server refused a definition.
+        TimeoutError: A definition was not ``Established`` in time.
+    """
+    deadline = asyncio.get_running_loop().time() + timeout
+    manifests = crd_manifests()
+    for manifest in manifests:
+        await _apply(api, manifest)
+    for manifest in manifests:
+        await _wait_established(api, manifest["metadata"]["name"], deadline)
+
+
+async def _apply(api: KubeAPI, manifest: JsonObject) -> None:
+    """Create ``manifest``, or replace the stored definition at its current resourceVersion."""
+    try:
+        await api.create(CRD_PATH, manifest)
+    except ApiError as error:
+        if error.status != 409:
+            raise
+        path = f"{CRD_PATH}/{manifest['metadata']['name']}"
+        version = (await api.get(path))["metadata"]["resourceVersion"]
+        metadata = {**manifest["metadata"], "resourceVersion": version}
+        await api.replace(path, {**manifest, "metadata": metadata})
+
+
+async def _wait_established(api: KubeAPI, name: str, deadline: float) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        crd = await api.get(f"{CRD_PATH}/{name}")
+        conditions = crd.get("status", {}).get("conditions", [])
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return
+        if loop.time() > deadline:
+            raise TimeoutError(f"CustomResourceDefinition {name} not Established: {conditions}")
+        await asyncio.sleep(_POLL_SECONDS)

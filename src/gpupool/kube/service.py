@@ -1,0 +1,84 @@
+"""``gpupool control-plane``: one replica of the live scheduler, from kubeconfig to exit code.
+
+Every replica keeps its informers running; the Lease decides which one schedules. A replica that
+loses the Lease stops scheduling at once and campaigns again as a standby; when it next leads it
+starts from a fresh relist with no assumptions left from its previous term. The process exits 0
+on SIGTERM/SIGINT, after releasing the Lease so a standby takes over at once, and 1 if its
+informers fail for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpupool.kube.api import KubeAPI
+from gpupool.kube.leader import LeaderElector, LeaseConfig
+from gpupool.kube.live import LiveConfig, LiveScheduler
+
+log = logging.getLogger(__name__)
+
+
+async def _campaign_forever(elector: LeaderElector, scheduler: LiveScheduler) -> None:
+    while True:
+        await elector.run(scheduler.lead)
+        log.warning("%s: back to standby", elector.identity)
+
+
+def default_identity() -> str:
+    """``hostname-pid``: unique per replica, readable in the Lease and the allocations."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    """Everything ``gpupool control-plane`` needs."""
+
+    kubeconfig: Path
+    live: LiveConfig
+    lease: LeaseConfig
+
+
+async def serve(config: ServiceConfig) -> int:
+    """Run one replica until a signal (exit 0) or an unrecoverable error (exit 1)."""
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # one INFO line per request
+    api = KubeAPI.from_kubeconfig(config.kubeconfig)
+    scheduler = LiveScheduler(api, config.live)
+    # its own connections: a renewal must never queue behind a burst of binds
+    lease_api = KubeAPI.from_kubeconfig(config.kubeconfig, timeout=config.lease.renew_deadline)
+    elector = LeaderElector(lease_api, config.live.identity, config.lease)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    informers = asyncio.create_task(scheduler.run_informers())
+    campaign = asyncio.create_task(_campaign_forever(elector, scheduler))
+    stopping = asyncio.create_task(stop.wait())
+    log.info(
+        "%s: scheduling pods with schedulerName=%s",
+        config.live.identity,
+        config.live.scheduler_name,
+    )
+    try:
+        done, _ = await asyncio.wait(
+            {informers, campaign, stopping}, return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in done - {stopping}:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("stopping: %r", task.exception())
+        code = 0 if stopping in done else 1
+    finally:
+        for task in (campaign, informers, stopping):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(campaign, informers, stopping, return_exceptions=True)
+        await elector.release()
+        await api.close()
+        await lease_api.close()
+    return code

@@ -1,0 +1,195 @@
+"""From API objects to the core's resource model, refusing what cannot be scheduled.
+
+A pod's effective request follows Kubernetes: the sum over its containers, or the largest init
+container if that is more, plus the pod overhead; a resource given only as a limit counts as its
+request (the API server defaults it so for extended resources). gpupool's own resources
+(:mod:`gpupool.kube.vocabulary`) become the core's GPU request. Every refusal names the field,
+e.g. ``spec.containers[0].resources.limits[gpupool.io/gpu-cores]: must be 1..100, got 150``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from gpupool.core.model import MILLI_PER_GPU, InvalidSpecError, NodeSpec, PodSpec
+from gpupool.kube.quantity import QuantityError, to_count, to_mib, to_milli
+from gpupool.kube.records import Container, NodeRecord, PodRecord
+from gpupool.kube.vocabulary import (
+    ANNOTATION_ALLOWED_MODELS,
+    ANNOTATION_GPU_UUIDS,
+    LABEL_CLASS,
+    LABEL_GPU_MEMORY,
+    LABEL_GPU_MODEL,
+    RESOURCE_GPU,
+    RESOURCE_GPU_CORES,
+    RESOURCE_GPU_MEMORY,
+    RESOURCE_MIG_PREFIX,
+)
+
+UNKNOWN_MODEL = "unknown"
+
+
+class InvalidObjectError(ValueError):
+    """An API object has a field gpupool cannot schedule; ``field`` is its path."""
+
+    def __init__(self, owner: str, field: str, message: str) -> None:
+        super().__init__(f"{owner}: {field}: {message}")
+        self.owner = owner
+        self.field = field
+        self.message = message
+
+
+Convert = Callable[[str], int]
+Requests = dict[str, tuple[str, str]]
+"""Resource name to (amount, the field path it came from)."""
+
+
+def _container_requests(containers: Iterable[Container], kind: str) -> list[Requests]:
+    result = []
+    for index, container in enumerate(containers):
+        merged: Requests = {}
+        for source in ("limits", "requests"):
+            values = getattr(container.resources, source)
+            for name, amount in values.items():
+                merged[name] = (amount, f"spec.{kind}[{index}].resources.{source}[{name}]")
+        result.append(merged)
+    return result
+
+
+def _parse(owner: str, amount: str, path: str, convert: Convert) -> int:
+    try:
+        value = convert(amount)
+    except QuantityError as error:
+        raise InvalidObjectError(owner, path, str(error)) from None
+    if value < 0:
+        raise InvalidObjectError(owner, path, f"must be >= 0, got {amount}")
+    return value
+
+
+def _total(
+    owner: str, per_container: list[Requests], name: str, convert: Convert
+) -> tuple[int, str]:
+    total, path = 0, ""
+    for requests in per_container:
+        if name in requests:
+            amount, path = requests[name]
+            total += _parse(owner, amount, path, convert)
+    return total, path
+
+
+def pod_spec(pod: PodRecord) -> PodSpec:
+    """The core's view of ``pod``, named by its uid (names can be reused, uids cannot).
+
+    Raises:
+        InvalidObjectError: A gpupool resource has a value that cannot be scheduled.
+    """
+    owner = f"pod {pod.key}"
+    containers = _container_requests(pod.spec.containers, "containers")
+    inits = _container_requests(pod.spec.init_containers, "initContainers")
+
+    def effective(name: str, convert: Convert) -> tuple[int, str]:
+        total, path = _total(owner, containers, name, convert)
+        for requests in inits:
+            if name in requests:
+                amount, init_path = requests[name]
+                value = _parse(owner, amount, init_path, convert)
+                if value > total:
+                    total, path = value, init_path
+        if name in pod.spec.overhead:
+            total += _parse(owner, pod.spec.overhead[name], f"spec.overhead[{name}]", convert)
+        return total, path
+
+    cpu, _ = effective("cpu", to_milli)
+    memory, _ = effective("memory", to_mib)
+    gpus, _ = effective(RESOURCE_GPU, to_count)
+    gpu_memory, memory_path = effective(RESOURCE_GPU_MEMORY, to_count)
+    cores, cores_path = effective(RESOURCE_GPU_CORES, to_count)
+
+    mig_profiles = sorted(
+        {
+            name
+            for requests in containers + inits
+            for name in requests
+            if name.startswith(RESOURCE_MIG_PREFIX)
+        }
+    )
+    mig_profile = ""
+    if mig_profiles:
+        if len(mig_profiles) > 1 or gpus or gpu_memory or cores:
+            raise InvalidObjectError(
+                owner,
+                "spec.containers[].resources",
+                f"a MIG slice ({', '.join(mig_profiles)}) excludes other GPU requests",
+            )
+        count, mig_path = effective(mig_profiles[0], to_count)
+        if count != 1:
+            raise InvalidObjectError(owner, mig_path, f"must be 1 (one MIG slice), got {count}")
+        mig_profile = mig_profiles[0].removeprefix(RESOURCE_MIG_PREFIX)
+
+    if (gpu_memory or cores) and not gpus:
+        path = memory_path or cores_path
+        raise InvalidObjectError(owner, path, f"a GPU share needs {RESOURCE_GPU} >= 1")
+    if cores and not 1 <= cores <= 100:
+        raise InvalidObjectError(owner, cores_path, f"must be 1..100 (percent), got {cores}")
+    gpu_milli = cores * MILLI_PER_GPU // 100 if cores else (0 if gpu_memory else MILLI_PER_GPU)
+
+    models = pod.metadata.annotations.get(ANNOTATION_ALLOWED_MODELS, "")
+    try:
+        return PodSpec(
+            name=pod.metadata.uid,
+            cpu_milli=cpu,
+            memory_mib=memory,
+            gpu_count=gpus,
+            gpu_milli=gpu_milli,
+            gpu_memory_mib=gpu_memory,
+            gpu_models=frozenset(m.strip() for m in models.split("|") if m.strip()),
+            mig_profile=mig_profile,
+            workload_class=pod.metadata.labels.get(LABEL_CLASS, ""),
+        )
+    except InvalidSpecError as error:
+        raise InvalidObjectError(owner, error.field_name, str(error)) from None
+
+
+def node_spec(node: NodeRecord) -> NodeSpec:
+    """The core's view of ``node`` from its allocatable resources and gpupool labels.
+
+    Raises:
+        InvalidObjectError: An allocatable amount or a gpupool label cannot be read.
+    """
+    owner = f"node {node.key}"
+    allocatable = node.status.allocatable
+
+    def read(name: str, convert: Convert, default: str = "0") -> int:
+        return _parse(owner, allocatable.get(name, default), f"status.allocatable[{name}]", convert)
+
+    gpus = read(RESOURCE_GPU, to_count)
+    labels = node.metadata.labels
+    memory_label = labels.get(LABEL_GPU_MEMORY, "0")
+    if not memory_label.isdigit():
+        raise InvalidObjectError(
+            owner,
+            f"metadata.labels[{LABEL_GPU_MEMORY}]",
+            f"must be MiB digits, got {memory_label!r}",
+        )
+    mig = tuple(
+        (name.removeprefix(RESOURCE_MIG_PREFIX), read(name, to_count))
+        for name in sorted(allocatable)
+        if name.startswith(RESOURCE_MIG_PREFIX)
+    )
+    return NodeSpec(
+        name=node.key,
+        cpu_milli=read("cpu", to_milli),
+        memory_mib=read("memory", to_mib),
+        gpu_count=gpus,
+        gpu_model=labels.get(LABEL_GPU_MODEL, UNKNOWN_MODEL) if gpus else "",
+        gpu_memory_mib=int(memory_label),
+        max_pods=read("pods", to_count, "110"),
+        mig_slices=mig,
+        labels=tuple(sorted(labels.items())),
+    )
+
+
+def gpu_uuids(node: NodeRecord, count: int) -> tuple[str, ...]:
+    """The node's GPU UUIDs in index order; empty strings where the inventory gave none."""
+    listed = [u for u in node.metadata.annotations.get(ANNOTATION_GPU_UUIDS, "").split(",") if u]
+    return tuple(listed[i] if i < len(listed) else "" for i in range(count))

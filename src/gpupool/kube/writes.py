@@ -1,0 +1,171 @@
+"""What the scheduler writes: Bindings, pending conditions and Events.
+
+* :func:`bind` POSTs the Binding subresource raw (typed clients fail to decode its ``Status``
+  reply) with the pod's uid as a precondition, so a pod deleted and recreated under the same
+  name is never bound by mistake, and with the allocation annotation, which the API server
+  merges into the pod in the same write.
+* :class:`PodReporter` sets the ``PodScheduled=False`` condition with the specific reason, as
+  kube-scheduler does, and writes ``events.k8s.io/v1`` Events, from a bounded background
+  queue: a report is worth a request, never worth slowing or failing a bind, so when the queue
+  is full the newest one is dropped and counted, the way client-go's event broadcaster does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import enum
+import logging
+import time
+
+from gpupool.kube.api import JSON, STRATEGIC_PATCH, ApiError, JsonObject, KubeAPI
+from gpupool.kube.records import PodRecord
+
+log = logging.getLogger(__name__)
+
+REPORTING_CONTROLLER = "gpupool.io/scheduler"
+
+
+class BindOutcome(enum.Enum):
+    """What a bind attempt established."""
+
+    BOUND = "bound"
+    CONFLICT = "conflict"
+    """409: the pod is already bound (or its uid changed)."""
+    GONE = "gone"
+    """404: the pod no longer exists."""
+    UNKNOWN = "unknown"
+    """The request failed in a way that does not say whether the bind happened."""
+
+
+def now_rfc3339(micro: bool = False) -> str:
+    """The current UTC time as the API server writes it."""
+    stamp = dt.datetime.now(dt.UTC)
+    if micro:
+        return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def bind(api: KubeAPI, pod: PodRecord, node: str, annotations: dict[str, str]) -> BindOutcome:
+    """Bind ``pod`` to ``node`` and stamp ``annotations`` on it in the same call."""
+    meta = pod.metadata
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {
+            "name": meta.name,
+            "namespace": meta.namespace,
+            "uid": meta.uid,
+            "annotations": annotations,
+        },
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    try:
+        await api.request(
+            "POST", f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/binding", body=body
+        )
+    except ApiError as error:
+        if error.status == 409:
+            return BindOutcome.CONFLICT
+        if error.status == 404:
+            return BindOutcome.GONE
+        log.warning("bind %s -> %s: %s", pod.key, node, error)
+        return BindOutcome.UNKNOWN
+    except Exception as error:  # a transport error leaves the outcome unknown
+        log.warning("bind %s -> %s: %s", pod.key, node, error)
+        return BindOutcome.UNKNOWN
+    return BindOutcome.BOUND
+
+
+def _unschedulable_patch(message: str) -> JsonObject:
+    return {
+        "status": {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastTransitionTime": now_rfc3339(),
+                }
+            ]
+        }
+    }
+
+
+class PodReporter:
+    """Writes what people read about pods (Events, pending conditions) in the background.
+
+    A bounded queue and a few workers: a burst of thousands of pending pods must not take every
+    connection from the binds, and must never delay the leader's Lease renewals.
+
+    Args:
+        api: The API port.
+        identity: This replica's name (the Event's ``reportingInstance``).
+        capacity: Queued writes beyond which new ones are dropped (and counted).
+        workers: Concurrent writers.
+    """
+
+    def __init__(
+        self, api: KubeAPI, identity: str, capacity: int = 10_000, workers: int = 4
+    ) -> None:
+        self.api = api
+        self.identity = identity
+        self.queue: asyncio.Queue[tuple[str, str, JsonObject, str]] = asyncio.Queue(capacity)
+        self.workers = workers
+        self.dropped = 0
+        self.written = 0
+
+    def event(self, pod: PodRecord, event_type: str, reason: str, note: str) -> None:
+        """Queue an Event about ``pod`` (``Normal``/``Warning``, a CamelCase reason, a note)."""
+        meta = pod.metadata
+        event = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            # named like kube-scheduler's: the pod name and a hex timestamp
+            "metadata": {"name": f"{meta.name}.{time.time_ns():x}", "namespace": meta.namespace},
+            "eventTime": now_rfc3339(micro=True),
+            "reportingController": REPORTING_CONTROLLER,
+            "reportingInstance": self.identity,
+            "action": "Scheduling",
+            "reason": reason,
+            "note": note[:1024],
+            "type": event_type,
+            "regarding": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": meta.namespace,
+                "name": meta.name,
+                "uid": meta.uid,
+            },
+        }
+        self._put("POST", f"/apis/events.k8s.io/v1/namespaces/{meta.namespace}/events", event)
+
+    def unschedulable(self, pod: PodRecord, message: str) -> None:
+        """Queue ``PodScheduled=False, reason=Unschedulable`` with ``message`` for the pod.
+
+        A strategic-merge patch of ``pods/status``: conditions merge by type, as
+        kube-scheduler writes them.
+        """
+        meta = pod.metadata
+        path = f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/status"
+        self._put("PATCH", path, _unschedulable_patch(message), STRATEGIC_PATCH)
+
+    def _put(self, method: str, path: str, body: JsonObject, content_type: str = JSON) -> None:
+        try:
+            self.queue.put_nowait((method, path, body, content_type))
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def run(self) -> None:
+        """Write queued items until cancelled."""
+        await asyncio.gather(*(self._worker() for _ in range(self.workers)))
+
+    async def _worker(self) -> None:
+        while True:
+            method, path, body, content_type = await self.queue.get()
+            try:
+                await self.api.request(method, path, body=body, content_type=content_type)
+                self.written += 1
+            except Exception as error:  # a report is never worth crashing for
+                log.debug("%s %s not written: %s", method, path, error)

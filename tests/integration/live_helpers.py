@@ -1,0 +1,192 @@
+"""Helpers for live-scheduler tests: pod manifests, scheduler processes, waiting, invariants."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
+from gpupool.kube.api import KubeAPI
+
+Json = dict[str, Any]
+
+
+def gpu_pod(
+    name: str,
+    *,
+    gpus: int = 1,
+    memory_mib: int = 0,
+    cores: int = 0,
+    models: str = "",
+    selector: dict[str, str] | None = None,
+    finish: bool = False,
+) -> Json:
+    limits: dict[str, str] = {"gpupool.io/gpu": str(gpus)} if gpus else {}
+    if memory_mib:
+        limits["gpupool.io/gpu-memory"] = str(memory_mib)
+    if cores:
+        limits["gpupool.io/gpu-cores"] = str(cores)
+    annotations = {"gpupool.io/gpu-model": models} if models else {}
+    if finish:
+        annotations["gpupool.io/finish"] = "succeeded"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "schedulerName": "gpupool",
+            "nodeSelector": selector or {},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/cuda:latest",
+                    "resources": {"limits": limits, "requests": {"cpu": "1", "memory": "1Gi"}},
+                }
+            ],
+        },
+    }
+
+
+async def create_pods(
+    api: KubeAPI, namespace: str, pods: Iterable[Json], concurrency: int = 32
+) -> None:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(pod: Json) -> None:
+        async with gate:
+            await api.create(f"/api/v1/namespaces/{namespace}/pods", pod)
+
+    await asyncio.gather(*(one(p) for p in pods))
+
+
+async def list_pods(api: KubeAPI, namespace: str) -> list[Json]:
+    items: list[Json] = []
+    params = {"limit": "500"}
+    while True:
+        page = await api.get(f"/api/v1/namespaces/{namespace}/pods", params)
+        items.extend(page["items"])
+        token = page["metadata"].get("continue")
+        if not token:
+            return items
+        params["continue"] = token
+
+
+async def wait_for(
+    check: Callable[[], Awaitable[bool]], timeout: float, what: str, interval: float = 0.3
+) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+async def make_nodes(api: KubeAPI, label: str, count: int, **shape: Any) -> list[FakeGpuNode]:
+    nodes = [
+        FakeGpuNode(f"{label}-n{i:03d}", labels=(("test", label),), **shape) for i in range(count)
+    ]
+    await create_nodes(api, nodes)
+    return nodes
+
+
+def pod_allocation(pod: Json) -> Json | None:
+    text = pod["metadata"].get("annotations", {}).get("gpupool.io/allocation")
+    return json.loads(text) if text else None
+
+
+def pending_reason(pod: Json) -> str:
+    for condition in pod["status"].get("conditions", []):
+        if condition["type"] == "PodScheduled" and condition["status"] == "False":
+            return str(condition.get("message", ""))
+    return ""
+
+
+def assert_no_gpu_given_twice(pods: Iterable[Json], gpu_memory_mib: int) -> int:
+    """Every live pod's allocation fits its GPUs; whole GPUs are exclusive. Returns GPUs used."""
+    milli: dict[tuple[str, int], int] = defaultdict(int)
+    memory: dict[tuple[str, int], int] = defaultdict(int)
+    whole: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for pod in pods:
+        if pod["status"].get("phase") in ("Succeeded", "Failed") or not pod["spec"].get("nodeName"):
+            continue
+        record = pod_allocation(pod)
+        assert record is not None, f"{pod['metadata']['name']} bound without an allocation"
+        assert record["node"] == pod["spec"]["nodeName"]
+        for gpu in record["gpus"]:
+            key = (record["node"], gpu["index"])
+            milli[key] += gpu["milli"]
+            memory[key] += gpu_memory_mib if record["kind"] == "whole" else gpu["memoryMib"]
+            if record["kind"] == "whole":
+                whole[key].append(pod["metadata"]["name"])
+    for key, total in milli.items():
+        assert total <= 1000, f"GPU {key} given {total} milli"
+        assert memory[key] <= gpu_memory_mib, f"GPU {key} given {memory[key]} MiB"
+        assert len(whole[key]) <= 1 and (not whole[key] or total == 1000), (
+            f"GPU {key} shared: {whole[key]}"
+        )
+    return len(milli)
+
+
+@dataclass
+class SchedulerProcesses:
+    """``gpupool control-plane`` replicas started by a test; all killed at teardown."""
+
+    kubeconfig: Path
+    lease_name: str
+    log_dir: Path
+    running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, identity: str) -> subprocess.Popen[bytes]:
+        with (self.log_dir / f"{identity}.log").open("ab") as log:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "gpupool",
+                    "control-plane",
+                    "--kubeconfig",
+                    str(self.kubeconfig),
+                    "--identity",
+                    identity,
+                    "--lease-name",
+                    self.lease_name,
+                    "--lease-duration",
+                    "4",
+                    "--renew-deadline",
+                    "3",
+                    "--retry-period",
+                    "0.5",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        self.running[identity] = process
+        return process
+
+    def kill(self, identity: str) -> None:
+        process = self.running.pop(identity)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+
+    def stop_all(self) -> None:
+        for process in self.running.values():
+            process.terminate()
+        for process in self.running.values():
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.running.clear()
+
+    def log(self, identity: str) -> str:
+        return (self.log_dir / f"{identity}.log").read_text(errors="replace")

@@ -1,0 +1,189 @@
+"""The live scheduler against a real API server: binds, reasons, frees, crashes and failover."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpupool.devcluster.controlplane import LocalControlPlane
+from gpupool.kube.api import KubeAPI
+
+from .live_helpers import (
+    SchedulerProcesses,
+    assert_no_gpu_given_twice,
+    create_pods,
+    gpu_pod,
+    list_pods,
+    make_nodes,
+    pending_reason,
+    pod_allocation,
+    wait_for,
+)
+
+H100_MIB = 81559
+
+
+@pytest.fixture
+def schedulers(
+    control_plane: LocalControlPlane, namespace: str, tmp_path: Path
+) -> Iterator[SchedulerProcesses]:
+    processes = SchedulerProcesses(control_plane.kubeconfig, f"lease-{namespace}", tmp_path)
+    try:
+        yield processes
+    finally:
+        processes.stop_all()
+
+
+async def _settled(api: KubeAPI, namespace: str, expected: int) -> bool:
+    """Every pod is bound, or pending with a reason the scheduler wrote."""
+    pods = await list_pods(api, namespace)
+    return len(pods) == expected and all(
+        p["spec"].get("nodeName") or pending_reason(p) for p in pods
+    )
+
+
+async def test_whole_shared_and_model_constrained_pods_get_correct_allocations(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    sel = {"test": namespace}
+    await make_nodes(api, namespace, 2, gpus=8, gpu_model="H100")
+    await make_nodes(api, f"{namespace}-a", 1, gpus=4, gpu_model="A100", gpu_memory_mib=40960)
+    await api.patch(f"/api/v1/nodes/{namespace}-a-n000", {"metadata": {"labels": sel}})
+    pods = [
+        gpu_pod("whole", gpus=2, selector=sel),
+        gpu_pod("share", memory_mib=20000, cores=30, selector=sel),
+        gpu_pod("a100", gpus=1, models="A100", selector=sel),
+        gpu_pod("too-big", gpus=16, selector=sel),
+        gpu_pod("no-such-model", gpus=1, models="B200", selector=sel),
+    ]
+    await create_pods(api, namespace, pods)
+    schedulers.start("solo")
+    await wait_for(lambda: _settled(api, namespace, len(pods)), 30, "pods to settle")
+    by_name = {p["metadata"]["name"]: p for p in await list_pods(api, namespace)}
+
+    whole = pod_allocation(by_name["whole"])
+    assert whole is not None and whole["kind"] == "whole" and len(whole["gpus"]) == 2
+    node = await api.get(f"/api/v1/nodes/{whole['node']}")
+    uuids = node["metadata"]["annotations"]["gpupool.io/gpu-uuids"].split(",")
+    assert [g["uuid"] for g in whole["gpus"]] == [uuids[g["index"]] for g in whole["gpus"]]
+
+    share = pod_allocation(by_name["share"])
+    assert share is not None and share["kind"] == "share"
+    assert share["gpus"][0]["milli"] == 300 and share["gpus"][0]["memoryMib"] == 20000
+
+    a100 = pod_allocation(by_name["a100"])
+    assert a100 is not None and a100["node"] == f"{namespace}-a-n000"
+
+    for name, reason in (
+        ("too-big", "Insufficient gpupool.io/gpu"),
+        ("no-such-model", "allowed model"),
+    ):
+        assert not by_name[name]["spec"].get("nodeName")
+        assert reason in pending_reason(by_name[name]), pending_reason(by_name[name])
+    events = await api.get(
+        f"/apis/events.k8s.io/v1/namespaces/{namespace}/events",
+        {"fieldSelector": "regarding.name=too-big"},
+    )
+    notes = [e["note"] for e in events["items"] if e["reason"] == "FailedScheduling"]
+    assert notes and "nodes are available" in notes[0]
+    assert_no_gpu_given_twice(by_name.values(), H100_MIB)
+
+
+async def test_deleted_or_finished_pods_free_their_gpus_for_the_next_pod(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    sel = {"test": namespace}
+    await make_nodes(api, namespace, 1, gpus=1)
+    schedulers.start("solo")
+    await create_pods(api, namespace, [gpu_pod("first", selector=sel)])
+
+    async def bound(name: str) -> bool:
+        pod = await api.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        return bool(pod["spec"].get("nodeName"))
+
+    await wait_for(lambda: bound("first"), 20, "first pod bound")
+    await create_pods(api, namespace, [gpu_pod("second", selector=sel, finish=True)])
+
+    async def second_waiting() -> bool:
+        pod = await api.get(f"/api/v1/namespaces/{namespace}/pods/second")
+        return "Insufficient gpupool.io/gpu" in pending_reason(pod)
+
+    await wait_for(second_waiting, 20, "second pod pending for want of a GPU")
+    await api.delete(f"/api/v1/namespaces/{namespace}/pods/first")
+    await wait_for(lambda: bound("second"), 10, "second pod bound after first deleted")
+
+    # second finishes (kwok's pod-finish stage): its GPU goes to a third pod
+    await create_pods(api, namespace, [gpu_pod("third", selector=sel)])
+
+    async def second_done() -> bool:
+        pod = await api.get(f"/api/v1/namespaces/{namespace}/pods/second")
+        return pod["status"].get("phase") == "Succeeded"
+
+    await wait_for(second_done, 20, "second pod finished")
+    await wait_for(lambda: bound("third"), 10, "third pod bound after second finished")
+
+
+async def test_sigkill_in_a_burst_loses_nothing_and_gives_no_share_twice(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    sel = {"test": namespace}
+    await make_nodes(api, namespace, 40, gpus=8)
+    # 40 nodes x 8 GPUs: room for 1280 quarter-GPU shares, or fewer with whole GPUs mixed in
+    pods = [
+        gpu_pod(f"p{i:04d}", gpus=1, selector=sel)
+        if i % 5 == 0
+        else gpu_pod(f"p{i:04d}", memory_mib=16000, cores=25, selector=sel)
+        for i in range(2000)
+    ]
+    creating = asyncio.create_task(create_pods(api, namespace, pods))
+    schedulers.start("first")
+
+    async def some_bound() -> bool:
+        bound = [p for p in await list_pods(api, namespace) if p["spec"].get("nodeName")]
+        return len(bound) >= 300
+
+    await wait_for(some_bound, 60, "300 pods bound", interval=0.1)
+    schedulers.kill("first")
+    await creating
+    before = await list_pods(api, namespace)
+    assert_no_gpu_given_twice(before, H100_MIB)
+    schedulers.start("second")
+    await wait_for(lambda: _settled(api, namespace, 2000), 240, "all 2000 pods settled", 1.0)
+    after = await list_pods(api, namespace)
+    used = assert_no_gpu_given_twice(after, H100_MIB)
+    bound = [p for p in after if p["spec"].get("nodeName")]
+    assert used == 320, "every GPU should be in use: there are more pods than room"
+    assert 320 <= len(bound) < 2000
+    for pod in after:
+        if not pod["spec"].get("nodeName"):
+            assert "nodes are available" in pending_reason(pod)
+    # nothing bound before the kill moved or lost its allocation
+    earlier = {p["metadata"]["uid"]: pod_allocation(p) for p in before if p["spec"].get("nodeName")}
+    later = {p["metadata"]["uid"]: pod_allocation(p) for p in after}
+    assert all(later[uid] == record for uid, record in earlier.items())
+    assert "allocation conflict" not in schedulers.log("second")
+
+
+async def test_two_replicas_only_the_leader_binds_and_the_standby_takes_over(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    sel = {"test": namespace}
+    await make_nodes(api, namespace, 4, gpus=8)
+    schedulers.start("alpha")
+    await asyncio.sleep(1.5)  # alpha takes the Lease first
+    schedulers.start("beta")
+    await create_pods(api, namespace, [gpu_pod(f"a{i}", selector=sel) for i in range(12)])
+    await wait_for(lambda: _settled(api, namespace, 12), 30, "first batch bound")
+    first = await list_pods(api, namespace)
+    assert {pod_allocation(p)["scheduler"] for p in first} == {"alpha"}  # type: ignore[index]
+
+    schedulers.kill("alpha")
+    await create_pods(api, namespace, [gpu_pod(f"b{i}", selector=sel) for i in range(12)])
+    await wait_for(lambda: _settled(api, namespace, 24), 40, "second batch bound by beta")
+    pods = await list_pods(api, namespace)
+    later = [p for p in pods if p["metadata"]["name"].startswith("b")]
+    assert {pod_allocation(p)["scheduler"] for p in later} == {"beta"}  # type: ignore[index]
+    assert assert_no_gpu_given_twice(pods, H100_MIB) == 24
