@@ -29,6 +29,7 @@ def gpu_pod(
     models: str = "",
     selector: dict[str, str] | None = None,
     finish: bool = False,
+    scheduler: str = "gpupool",
 ) -> Json:
     limits: dict[str, str] = {"gpupool.io/gpu": str(gpus)} if gpus else {}
     if memory_mib:
@@ -43,7 +44,7 @@ def gpu_pod(
         "kind": "Pod",
         "metadata": {"name": name, "annotations": annotations},
         "spec": {
-            "schedulerName": "gpupool",
+            "schedulerName": scheduler,
             "nodeSelector": selector or {},
             "containers": [
                 {
@@ -130,9 +131,8 @@ def assert_no_gpu_given_twice(pods: Iterable[Json], gpu_memory_mib: int) -> int:
     for key, total in milli.items():
         assert total <= 1000, f"GPU {key} given {total} milli"
         assert memory[key] <= gpu_memory_mib, f"GPU {key} given {memory[key]} MiB"
-        assert len(whole[key]) <= 1 and (not whole[key] or total == 1000), (
-            f"GPU {key} shared: {whole[key]}"
-        )
+        assert len(whole[key]) <= 1, f"GPU {key} given whole to {whole[key]}"
+        assert not whole[key] or total == 1000, f"GPU {key} whole and shared"
     return len(milli)
 
 

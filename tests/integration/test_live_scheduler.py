@@ -65,17 +65,22 @@ async def test_whole_shared_and_model_constrained_pods_get_correct_allocations(
     by_name = {p["metadata"]["name"]: p for p in await list_pods(api, namespace)}
 
     whole = pod_allocation(by_name["whole"])
-    assert whole is not None and whole["kind"] == "whole" and len(whole["gpus"]) == 2
+    assert whole is not None
+    assert whole["kind"] == "whole"
+    assert len(whole["gpus"]) == 2
     node = await api.get(f"/api/v1/nodes/{whole['node']}")
     uuids = node["metadata"]["annotations"]["gpupool.io/gpu-uuids"].split(",")
     assert [g["uuid"] for g in whole["gpus"]] == [uuids[g["index"]] for g in whole["gpus"]]
 
     share = pod_allocation(by_name["share"])
-    assert share is not None and share["kind"] == "share"
-    assert share["gpus"][0]["milli"] == 300 and share["gpus"][0]["memoryMib"] == 20000
+    assert share is not None
+    assert share["kind"] == "share"
+    assert share["gpus"][0]["milli"] == 300
+    assert share["gpus"][0]["memoryMib"] == 20000
 
     a100 = pod_allocation(by_name["a100"])
-    assert a100 is not None and a100["node"] == f"{namespace}-a-n000"
+    assert a100 is not None
+    assert a100["node"] == f"{namespace}-a-n000"
 
     for name, reason in (
         ("too-big", "Insufficient gpupool.io/gpu"),
@@ -88,7 +93,8 @@ async def test_whole_shared_and_model_constrained_pods_get_correct_allocations(
         {"fieldSelector": "regarding.name=too-big"},
     )
     notes = [e["note"] for e in events["items"] if e["reason"] == "FailedScheduling"]
-    assert notes and "nodes are available" in notes[0]
+    assert notes
+    assert "nodes are available" in notes[0]
     assert_no_gpu_given_twice(by_name.values(), H100_MIB)
 
 

@@ -130,6 +130,11 @@ class Informer(Generic[Record]):
                 backoff = 0.2
             except _GoneError:
                 self.stats.gone += 1
+                log.info(
+                    "%s: 410 Gone at resourceVersion %s; relisting",
+                    self.path,
+                    self.resource_version,
+                )
                 need_list = True
             except asyncio.CancelledError:
                 raise

@@ -69,7 +69,7 @@ class LeaderElector:
         ``lead`` is cancelled if renewing fails for ``renew_deadline``; if it returns by itself
         the Lease is released.
         """
-        while not await self._try_acquire_or_renew():
+        while not await self._try_acquire():
             await asyncio.sleep(self.config.retry_period)
         log.info("%s: became leader of %s", self.identity, self.path)
         leading = asyncio.create_task(lead())
@@ -86,17 +86,18 @@ class LeaderElector:
             await asyncio.gather(leading, renewing, return_exceptions=True)
         await self.release()
 
+    async def _try_acquire(self) -> bool:
+        try:
+            return await asyncio.wait_for(self._try_acquire_or_renew(), self.config.renew_deadline)
+        except Exception as error:  # an unreachable API server: keep campaigning
+            log.warning("%s: cannot reach the Lease: %s", self.identity, error)
+            return False
+
     async def _renew_until_lost(self) -> None:
         last_renew = time.monotonic()
         while True:
             await asyncio.sleep(self.config.retry_period)
-            try:
-                renewed = await asyncio.wait_for(
-                    self._try_acquire_or_renew(), self.config.renew_deadline
-                )
-            except Exception as error:  # any API or transport error means "not renewed"
-                log.warning("%s: renew failed: %s", self.identity, error)
-                renewed = False
+            renewed = await self._try_acquire()
             now = time.monotonic()
             if renewed:
                 last_renew = now
