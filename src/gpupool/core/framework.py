@@ -56,14 +56,21 @@ class Scheduler:
         self.tie_rank = tie_rank
 
     def schedule(
-        self, snapshot: ClusterSnapshot, pod: PodSpec, extra_checks: tuple[NodeCheck, ...] = ()
+        self,
+        snapshot: ClusterSnapshot,
+        pod: PodSpec,
+        extra_checks: tuple[NodeCheck, ...] = (),
+        *,
+        retry: bool = False,
     ) -> Decision:
         """Decide where ``pod`` goes on ``snapshot`` (read-only).
 
         ``extra_checks`` are per-node masks from outside the resource model (see
-        :func:`~gpupool.core.filtering.filter_nodes`).
+        :func:`~gpupool.core.filtering.filter_nodes`). A ``retry`` of a pod that waited is not
+        shown to the policy again, so online learning counts each arrival once.
         """
-        self.policy.observe(pod)
+        if not retry:
+            self.policy.observe(pod)
         result = filter_nodes(snapshot, pod, extra_checks)
         feasible = np.flatnonzero(result.mask)
         if feasible.size == 0:

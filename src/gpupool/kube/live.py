@@ -26,7 +26,7 @@ from gpupool.core.decisions import Bind
 from gpupool.core.framework import Scheduler
 from gpupool.kube import allocation
 from gpupool.kube.api import ApiError, KubeAPI
-from gpupool.kube.informer import Informer
+from gpupool.kube.informer import DELETED, Informer
 from gpupool.kube.records import NodeRecord, PodRecord
 from gpupool.kube.state import ClusterState
 from gpupool.kube.translate import InvalidObjectError
@@ -104,11 +104,15 @@ class LiveScheduler:
         context = PolicyContext(rng=np.random.default_rng(self.config.seed), trace_pods=())
         self.scheduler = Scheduler(build_policy(self.config.policy, context))
         self._unschedulable: dict[str, _Pending] = {}
+        self._seen: set[str] = set()  # pods shown to the policy (online learning)
         self._gate = asyncio.Semaphore(self.config.bind_concurrency)
         self._binds: set[asyncio.Task[None]] = set()
 
     def _on_pod(self, kind: str, pod: PodRecord) -> None:
         self.state.on_pod(kind, pod)
+        if kind == DELETED:  # per-pod bookkeeping must not outlive the pod
+            self._seen.discard(pod.metadata.uid)
+            self._unschedulable.pop(pod.metadata.uid, None)
         self.wake.set()
 
     def _on_node(self, kind: str, node: NodeRecord) -> None:
@@ -160,7 +164,10 @@ class LiveScheduler:
             except InvalidObjectError as error:
                 self._pending(pod, f"invalid request: {error}", invalid=True)
                 continue
-            decision = self.scheduler.schedule(state.snapshot, spec, state.node_checks(pod))
+            decision = self.scheduler.schedule(
+                state.snapshot, spec, state.node_checks(pod), retry=uid in self._seen
+            )
+            self._seen.add(uid)
             if not isinstance(decision, Bind):
                 self._pending(pod, decision.message)
                 continue

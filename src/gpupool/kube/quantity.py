@@ -39,7 +39,7 @@ class QuantityError(ValueError):
 
 def parse_quantity(text: str) -> Fraction:
     """The exact value of a quantity string."""
-    if text.isdigit():  # the common case: "1", "8", "16000"
+    if text.isascii() and text.isdigit():  # the common case: "1", "8", "16000"
         return Fraction(int(text))
     match = _PATTERN.match(text.strip())
     if not match:

@@ -129,9 +129,14 @@ def pod_spec(pod: PodRecord) -> PodSpec:
     if (gpu_memory or cores) and not gpus:
         path = memory_path or cores_path
         raise InvalidObjectError(owner, path, f"a GPU share needs {RESOURCE_GPU} >= 1")
-    if cores and not 1 <= cores <= 100:
+    if cores_path and not 1 <= cores <= 100:
         raise InvalidObjectError(owner, cores_path, f"must be 1..100 (percent), got {cores}")
-    gpu_milli = cores * MILLI_PER_GPU // 100 if cores else (0 if gpu_memory else MILLI_PER_GPU)
+    if not gpus:
+        gpu_milli = 0
+    elif cores:
+        gpu_milli = cores * MILLI_PER_GPU // 100
+    else:  # memory only: no compute share asked; nothing at all: whole GPUs
+        gpu_milli = 0 if gpu_memory else MILLI_PER_GPU
 
     models = pod.metadata.annotations.get(ANNOTATION_ALLOWED_MODELS, "")
     try:
@@ -191,5 +196,5 @@ def node_spec(node: NodeRecord) -> NodeSpec:
 
 def gpu_uuids(node: NodeRecord, count: int) -> tuple[str, ...]:
     """The node's GPU UUIDs in index order; empty strings where the inventory gave none."""
-    listed = [u for u in node.metadata.annotations.get(ANNOTATION_GPU_UUIDS, "").split(",") if u]
-    return tuple(listed[i] if i < len(listed) else "" for i in range(count))
+    listed = node.metadata.annotations.get(ANNOTATION_GPU_UUIDS, "").split(",")
+    return tuple(listed[i].strip() if i < len(listed) else "" for i in range(count))

@@ -1,0 +1,78 @@
+"""``gpupool bench live``: pods bound per second by gpupool and by kube-scheduler, for real.
+
+The command only parses options and prints; the benchmark is :mod:`gpupool.bench.live`, which
+``bench/live_throughput.py`` runs too, so the CLI and the script cannot measure different things.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpupool.cli.options import fail
+
+
+def bench_live(
+    nodes: Annotated[int, typer.Option(help="Fresh kwok nodes per phase.")] = 1000,
+    pods: Annotated[int, typer.Option(help="One-GPU pods per phase.")] = 5000,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    runs: Annotated[int, typer.Option(help="Runs, each on a fresh control plane.")] = 3,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
+    schedulers: Annotated[
+        str, typer.Option(help="Phases to run, in order: gpupool,kube-scheduler.")
+    ] = "gpupool,kube-scheduler",
+    concurrency: Annotated[int, typer.Option(help="Concurrent create requests.")] = 16,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds a scheduler gets to bind every pod.")
+    ] = 900.0,
+    gpupool_args: Annotated[
+        str,
+        typer.Option(help="Extra arguments for gpupool control-plane, e.g. '--log-level warning'."),
+    ] = "",
+) -> None:
+    """Bind throughput of gpupool and kube-scheduler on one real local control plane."""
+    try:
+        from gpupool.bench.live import LiveBenchError, LiveConfig, format_table, run_live
+        from gpupool.devcluster.binaries import MissingBinariesError
+    except ImportError as exc:
+        raise fail(
+            f"{exc.name} is missing; install the kube extra: pip install 'gpupool[kube]'"
+        ) from None
+
+    config = LiveConfig(
+        nodes=nodes,
+        pods=pods,
+        gpus_per_node=gpus_per_node,
+        runs=runs,
+        schedulers=tuple(s.strip() for s in schedulers.split(",") if s.strip()),
+        concurrency=concurrency,
+        timeout=timeout,
+        gpupool_args=tuple(shlex.split(gpupool_args)),
+    )
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+    def log(text: str) -> None:
+        typer.echo(text, err=True)
+
+    try:
+        report = run_live(config, log)
+    except (LiveBenchError, MissingBinariesError) as exc:
+        raise fail(str(exc)) from None
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+        typer.echo(f"wrote {json_out}", err=True)
+    typer.echo(format_table(report))
+    incomplete = any(
+        not phase["complete"] for run in report["per_run"] for phase in run["phases"].values()
+    )
+    if incomplete or report["gpupool_allocations_ok"] is False:
+        typer.echo("error: some runs failed or bound wrongly; see the report", err=True)
+        raise typer.Exit(code=1)
