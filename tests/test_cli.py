@@ -141,3 +141,26 @@ def test_explain_rejects_a_load_out_of_range() -> None:
     done = gpupool("explain", "--at-percent", "150")
     assert done.returncode == 2
     assert "--at-percent" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "option"),
+    [
+        ([], "--kubeconfig"),
+        (["--policy", "fgd"], "--policy"),
+        (["--bind-concurrency", "0"], "--bind-concurrency"),
+        (["--lease-duration", "5", "--renew-deadline", "6"], "--renew-deadline"),
+        (["--log-level", "loud"], "--log-level"),
+    ],
+)
+def test_control_plane_bad_options_name_the_option(
+    tmp_path: Path, extra: list[str], option: str
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    if extra:
+        kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    result = gpupool("control-plane", "--kubeconfig", str(kubeconfig), *extra)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ")
+    assert option in result.stderr
+    assert "Traceback" not in result.stderr

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
+from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.api import ApiError, JsonObject, KubeAPI
 from gpupool.kube.crds import CRD_PATH, crd_manifests, install_crds
 
@@ -346,3 +350,24 @@ async def test_unknown_fields_are_refused_under_strict_field_validation(api: Kub
 
     stored = await api.create(collection("GPUQueue"), body)
     assert "bogus" not in stored["spec"]  # without Strict, unknown fields are pruned
+
+
+async def test_install_crds_command(control_plane: LocalControlPlane, api: KubeAPI) -> None:
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            "-m",
+            "gpupool",
+            "install-crds",
+            "--kubeconfig",
+            str(control_plane.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "installed gpupools.gpupool.io" in result.stdout
+    stored = await api.get(f"{CRD_PATH}/gpuqueues.gpupool.io")
+    assert stored["spec"]["group"] == "gpupool.io"

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from gpupool.cli.bench_live import bench_live
-from gpupool.cli.controlplane import control_plane
+from gpupool.cli.controlplane import control_plane, install_crds
 from gpupool.cli.devcluster import devcluster_app
 from gpupool.cli.options import SeedsError, fail, parse_seeds
 
@@ -28,6 +28,7 @@ app = typer.Typer(
 bench_app = typer.Typer(help="Benchmarks that print numbers and write JSON.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 app.command("control-plane")(control_plane)
+app.command("install-crds")(install_crds)
 app.add_typer(devcluster_app, name="dev-cluster")
 bench_app.command("live")(bench_live)
 

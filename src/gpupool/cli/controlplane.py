@@ -59,3 +59,30 @@ def control_plane(
     )
     code = asyncio.run(serve(ServiceConfig(kubeconfig=kubeconfig, live=live, lease=lease)))
     raise typer.Exit(code)
+
+
+def install_crds(
+    kubeconfig: Annotated[Path, typer.Option(help="Kubeconfig of the cluster.")],
+) -> None:
+    """Install (or update) the GPUPool and GPUQueue CRDs and wait until they are served."""
+    from gpupool.cli.options import fail
+    from gpupool.kube.api import ApiError, KubeAPI
+    from gpupool.kube.crds import crd_manifests, install_crds
+
+    if not kubeconfig.is_file():
+        raise fail(f"--kubeconfig: no such file {kubeconfig}")
+
+    async def run() -> None:
+        api = KubeAPI.from_kubeconfig(kubeconfig)
+        try:
+            await install_crds(api)
+        finally:
+            await api.close()
+
+    try:
+        asyncio.run(run())
+    except (ApiError, TimeoutError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    for manifest in crd_manifests():
+        typer.echo(f"installed {manifest['metadata']['name']}")
