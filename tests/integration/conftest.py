@@ -20,6 +20,8 @@ import pytest
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.api import KubeAPI
 
+from .live_helpers import SchedulerProcesses
+
 pytestmark = pytest.mark.integration
 
 _namespaces = itertools.count()
@@ -56,3 +58,15 @@ async def namespace(api: KubeAPI) -> str:
         "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     )
     return name
+
+
+@pytest.fixture
+def schedulers(
+    control_plane: LocalControlPlane, namespace: str, tmp_path: Path
+) -> Iterator[SchedulerProcesses]:
+    """``gpupool control-plane`` replicas for one test, on a Lease of the test's own."""
+    processes = SchedulerProcesses(control_plane.kubeconfig, f"lease-{namespace}", tmp_path)
+    try:
+        yield processes
+    finally:
+        processes.stop_all()

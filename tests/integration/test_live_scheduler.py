@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-
-from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.api import KubeAPI
 
 from .live_helpers import (
@@ -24,17 +19,6 @@ from .live_helpers import (
 )
 
 H100_MIB = 81559
-
-
-@pytest.fixture
-def schedulers(
-    control_plane: LocalControlPlane, namespace: str, tmp_path: Path
-) -> Iterator[SchedulerProcesses]:
-    processes = SchedulerProcesses(control_plane.kubeconfig, f"lease-{namespace}", tmp_path)
-    try:
-        yield processes
-    finally:
-        processes.stop_all()
 
 
 async def _settled(api: KubeAPI, namespace: str, expected: int) -> bool:

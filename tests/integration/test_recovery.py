@@ -6,10 +6,6 @@ Own module (own control plane): restarting the API server would disturb other te
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.api import KubeAPI
@@ -25,17 +21,6 @@ from .live_helpers import (
     pending_reason,
     wait_for,
 )
-
-
-@pytest.fixture
-def schedulers(
-    control_plane: LocalControlPlane, namespace: str, tmp_path: Path
-) -> Iterator[SchedulerProcesses]:
-    processes = SchedulerProcesses(control_plane.kubeconfig, f"lease-{namespace}", tmp_path)
-    try:
-        yield processes
-    finally:
-        processes.stop_all()
 
 
 async def test_informer_recovers_from_an_api_server_restart_and_sees_deletions(

@@ -21,6 +21,7 @@ from pathlib import Path
 from gpupool.kube.api import KubeAPI
 from gpupool.kube.leader import LeaderElector, LeaseConfig
 from gpupool.kube.live import LiveConfig, LiveScheduler
+from gpupool.kube.writes import REPORT_WORKERS
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,10 @@ class ServiceConfig:
 async def serve(config: ServiceConfig) -> int:
     """Run one replica until a signal (exit 0) or an unrecoverable error (exit 1)."""
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one INFO line per request
-    api = KubeAPI.from_kubeconfig(config.kubeconfig)
+    # binds, the reports' writers and the two watches each need a connection of their own
+    api = KubeAPI.from_kubeconfig(
+        config.kubeconfig, connections=config.live.bind_concurrency + REPORT_WORKERS + 4
+    )
     scheduler = LiveScheduler(api, config.live)
     # its own connections: a renewal must never queue behind a burst of binds
     lease_api = KubeAPI.from_kubeconfig(config.kubeconfig, timeout=config.lease.renew_deadline)

@@ -24,6 +24,8 @@ from gpupool.kube.records import PodRecord
 log = logging.getLogger(__name__)
 
 REPORTING_CONTROLLER = "gpupool.io/scheduler"
+REPORT_WORKERS = 4
+"""Concurrent writers of Events and pending conditions."""
 
 
 class BindOutcome(enum.Enum):
@@ -107,7 +109,7 @@ class PodReporter:
     """
 
     def __init__(
-        self, api: KubeAPI, identity: str, capacity: int = 10_000, workers: int = 4
+        self, api: KubeAPI, identity: str, capacity: int = 10_000, workers: int = REPORT_WORKERS
     ) -> None:
         self.api = api
         self.identity = identity
