@@ -13,13 +13,15 @@ Bind times come from one watch on the namespace, stamped when the event arrives 
 gpupool phase also checks what it bound: every pod carries a ``gpupool.io/allocation`` record
 for its node, with the right GPU count, and no (node, GPU index) pair is given twice.
 
-Between the two phases the gpupool phase's pods and nodes are deleted, so kube-scheduler sees a
-cluster of the same size (its adaptive ``percentageOfNodesToScore`` depends on the node count).
+Between the two phases the first phase's pods and nodes are deleted, so both schedulers see a
+cluster of the same size (kube-scheduler's adaptive ``percentageOfNodesToScore`` depends on the
+node count); odd runs measure gpupool first, even runs kube-scheduler first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib.util
 import json
 import os
@@ -34,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import httpx2
 
 from gpupool.devcluster.controlplane import LocalControlPlane, SchedulerClient
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
@@ -75,6 +79,9 @@ class LiveConfig:
         kube_qps: kube-scheduler client QPS.
         kube_burst: kube-scheduler client burst.
         gpupool_args: Extra arguments for ``gpupool control-plane`` (``--log-level warning``).
+        max_foreign_cpu: A run in which other processes used more than this share of the CPUs
+            while a scheduler was binding is set aside and run again (1.0: never).
+        retries: How many runs may be set aside that way in all.
     """
 
     nodes: int = 1000
@@ -87,6 +94,8 @@ class LiveConfig:
     kube_qps: int = 5000
     kube_burst: int = 5000
     gpupool_args: tuple[str, ...] = ()
+    max_foreign_cpu: float = 0.1
+    retries: int = 3
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the CLI option of a bad value."""
@@ -109,6 +118,10 @@ class LiveConfig:
             raise ValueError("--concurrency: must be >= 1")
         if self.timeout <= 0:
             raise ValueError("--timeout: must be > 0")
+        if not 0 < self.max_foreign_cpu <= 1:
+            raise ValueError("--max-foreign-cpu: must be in (0, 1]")
+        if self.retries < 0:
+            raise ValueError("--retries: must be >= 0")
 
 
 # --- what the cluster gets -------------------------------------------------------------------
@@ -169,21 +182,38 @@ async def create_pods(
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-async def delete_phase(api: KubeAPI, namespace: str, label: str, timeout: float = 300.0) -> None:
-    """Delete a phase's pods (no grace) and nodes, and wait until the pods are gone."""
-    await api.request(
-        "DELETE", f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": "0"}
+async def delete_phase(api: KubeAPI, namespace: str, label: str, timeout: float = 600.0) -> None:
+    """Delete a phase's pods (no grace) and nodes, and wait until they are gone.
+
+    A collection delete of thousands of pods can outlast the API server's 60 s request timeout
+    on a busy machine (504); the server goes on deleting, so a 5xx only means: wait, and ask
+    again every 30 s until nothing is left.
+    """
+    targets = (
+        (f"/api/v1/namespaces/{namespace}/pods", {"gracePeriodSeconds": "0"}),
+        ("/api/v1/nodes", {"labelSelector": f"bench={label}"}),
     )
-    await api.request("DELETE", "/api/v1/nodes", params={"labelSelector": f"bench={label}"})
     deadline = time.monotonic() + timeout
     while True:
-        pods = await api.get(f"/api/v1/namespaces/{namespace}/pods", {"limit": "1"})
-        nodes = await api.get("/api/v1/nodes", {"labelSelector": f"bench={label}", "limit": "1"})
-        if not pods["items"] and not nodes["items"]:
-            return
-        if time.monotonic() > deadline:
-            raise LiveBenchError(f"{namespace}: pods or nodes still there after {timeout:.0f} s")
-        await asyncio.sleep(0.5)
+        asked = time.monotonic()
+        for path, params in targets:
+            try:
+                await api.request("DELETE", path, params=params)
+            except ApiError as error:
+                if error.status < 500:
+                    raise
+        while time.monotonic() - asked < 30.0:
+            pods = await api.get(targets[0][0], {"limit": "1"})
+            nodes = await api.get(
+                "/api/v1/nodes", {"labelSelector": f"bench={label}", "limit": "1"}
+            )
+            if not pods["items"] and not nodes["items"]:
+                return
+            if time.monotonic() > deadline:
+                raise LiveBenchError(
+                    f"{namespace}: pods or nodes still there after {timeout:.0f} s"
+                )
+            await asyncio.sleep(0.5)
 
 
 # --- watching binds --------------------------------------------------------------------------
@@ -286,45 +316,49 @@ def machine_busy_cpu_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def own_cpu_seconds(plane: LocalControlPlane) -> float:
-    """CPU seconds used so far by this process and the plane's running children."""
+def own_cpu_seconds(plane: LocalControlPlane) -> dict[str, float]:
+    """CPU seconds used so far by this process (``bench``) and each running child of the plane."""
     times = os.times()
-    total = times.user + times.system
-    for child in list(plane.processes.values()):
+    used = {"bench": times.user + times.system}
+    for name, child in list(plane.processes.items()):
         seconds = proc_cpu_seconds(child.process.pid) if child.running else None
-        total += seconds or 0.0
-    return total
+        if seconds is not None:
+            used[name] = seconds
+    return used
 
 
 @dataclass
 class CpuWindow:
-    """How busy the machine was during a timed window, and how much of that was not us.
+    """How busy the machine was during a timed window, who used it, and how much was not us.
 
     On a shared machine (CI, colleagues' tests) other processes steal CPU from a 2-core control
     plane; ``foreign_fraction`` says how much, so a disturbed run can be told from a slow one.
+    The per-process seconds show where the CPU went (API server, etcd, kwok, scheduler).
     """
 
     plane: LocalControlPlane
     began: float = 0.0
     busy: float = 0.0
-    own: float = 0.0
+    own: dict[str, float] = field(default_factory=dict)
 
     def start(self) -> None:
         """Take the first reading."""
-        self.began, self.busy, self.own = (
-            time.monotonic(),
-            machine_busy_cpu_seconds(),
-            own_cpu_seconds(self.plane),
-        )
+        self.began = time.monotonic()
+        self.busy = machine_busy_cpu_seconds()
+        self.own = own_cpu_seconds(self.plane)
 
-    def finish(self) -> dict[str, float]:
-        """Busy and foreign shares of all CPUs since :meth:`start` (0..1)."""
-        seconds = max(time.monotonic() - self.began, 1e-6) * (os.cpu_count() or 1)
+    def finish(self) -> dict[str, Any]:
+        """Busy and foreign shares of all CPUs since :meth:`start` (0..1), seconds by process."""
+        elapsed = max(time.monotonic() - self.began, 1e-6)
+        capacity = elapsed * (os.cpu_count() or 1)
         busy = machine_busy_cpu_seconds() - self.busy
-        own = own_cpu_seconds(self.plane) - self.own
+        now = own_cpu_seconds(self.plane)
+        used = {name: round(now[name] - self.own.get(name, 0.0), 2) for name in now}
         return {
-            "busy_fraction": round(min(busy / seconds, 1.0), 3),
-            "foreign_fraction": round(max(busy - own, 0.0) / seconds, 3),
+            "seconds": round(elapsed, 2),
+            "busy_fraction": round(min(busy / capacity, 1.0), 3),
+            "foreign_fraction": round(max(busy - sum(used.values()), 0.0) / capacity, 3),
+            "cpu_seconds_by_process": used,
         }
 
 
@@ -500,7 +534,7 @@ class PhaseResult:
     pods_per_second_first_to_last: float | None = None
     scheduler_cpu_seconds: float | None = None
     scheduler_peak_rss_mib: float | None = None
-    cpu_while_binding: dict[str, float] = field(default_factory=dict)
+    cpu_while_binding: dict[str, Any] = field(default_factory=dict)
     watch_events: int = 0
     node_counts: dict[str, Any] = field(default_factory=dict)
     allocations: dict[str, Any] | None = None
@@ -647,15 +681,15 @@ def _fmt(value: float | None) -> str:
 
 
 async def _run_phases(
-    plane: LocalControlPlane, config: LiveConfig, log: Log
+    plane: LocalControlPlane, config: LiveConfig, order: Sequence[str], log: Log
 ) -> tuple[dict[str, PhaseResult], dict[str, float]]:
     api = KubeAPI.from_kubeconfig(plane.kubeconfig, timeout=120.0)
     results: dict[str, PhaseResult] = {}
     cleanups: dict[str, float] = {}
     try:
-        for index, scheduler in enumerate(config.schedulers):
+        for index, scheduler in enumerate(order):
             results[scheduler] = await run_phase(plane, api, scheduler, config, log)
-            if index + 1 < len(config.schedulers):
+            if index + 1 < len(order):
                 label = "gpupool" if scheduler == GPUPOOL else "kube"
                 began = time.monotonic()
                 await delete_phase(api, f"bench-{label}", label)
@@ -670,12 +704,16 @@ def run_once(config: LiveConfig, index: int, log: Log) -> dict[str, Any]:
     """One run on a fresh control plane (etcd, kube-apiserver, kwok), every phase in order."""
     started = time.time()
     load = os.getloadavg()
+    source = source_state()
+    # Odd runs go in the given order, even runs reversed: the second phase meets an etcd and a
+    # kwok that have seen the first, so a fixed order would favour one scheduler.
+    order = config.schedulers if index % 2 else tuple(reversed(config.schedulers))
     plane = LocalControlPlane()
     try:
         plane.start()
         plane.start_kwok()
         log(f"run {index}: control plane up in {time.time() - started:.1f} s ({plane.folder})")
-        results, cleanups = asyncio.run(_run_phases(plane, config, log))
+        results, cleanups = asyncio.run(_run_phases(plane, config, order, log))
         peaks = peak_rss_mib(plane)
     finally:
         plane.stop()
@@ -684,6 +722,8 @@ def run_once(config: LiveConfig, index: int, log: Log) -> dict[str, Any]:
         "started": _iso(started),
         "wall_seconds": round(time.time() - started, 1),
         "loadavg_before": [round(x, 2) for x in load],
+        "gpupool_source": source,
+        "order": list(order),
         "phases": {name: asdict(result) for name, result in results.items()},
         "cleanup_seconds": cleanups,
         "control_plane_peak_rss_mib": peaks,
@@ -737,6 +777,39 @@ def binary_versions(bin_dir: Path) -> dict[str, str]:
     return versions
 
 
+def source_state() -> dict[str, Any]:
+    """Which gpupool was measured: git commit, uncommitted changes, a hash of the sources."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode())
+        digest.update(path.read_bytes())
+    state: dict[str, Any] = {"sources_sha256": digest.hexdigest()[:16]}
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=package,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "."],
+            cwd=package,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        if head.returncode == 0:
+            state["git_commit"] = head.stdout.strip()
+            state["uncommitted_files"] = len(dirty.stdout.splitlines())
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return state
+
+
 def _median(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return round(statistics.median(present), 1) if present else None
@@ -752,6 +825,7 @@ def live_report(config: LiveConfig, runs: list[dict[str, Any]], bin_dir: Path) -
     report["pods"] = config.pods
     report["gpus_per_node"] = config.gpus_per_node
     report["runs"] = len(runs)
+    report["failed_runs"] = [run["run"] for run in runs if run.get("error")]
     for scheduler in SCHEDULERS:
         key = scheduler.replace("-", "_")
         if scheduler in config.schedulers:
@@ -795,15 +869,20 @@ def live_report(config: LiveConfig, runs: list[dict[str, Any]], bin_dir: Path) -
             "leader_election": False,
         },
         "between_phases": "the first phase's pods and nodes are deleted",
+        "order": "as given in odd runs, reversed in even runs",
         "rate_from_launch": "pods / (last bind - scheduler process launched)",
         "rate_first_to_last": "(pods - 1) / (last bind - first bind)",
         "bind_time": "when the watch event with spec.nodeName reached the bench process",
         "foreign_cpu": "share of all CPUs used by processes outside the run while binding",
+        "max_foreign_cpu": config.max_foreign_cpu,
+        "disturbed_runs": "runs above max_foreign_cpu, set aside and repeated (at most "
+        f"{config.retries}); kept under disturbed_runs, not in the medians",
         "concurrency": config.concurrency,
         "timeout_seconds": config.timeout,
     }
     report["machine"] = machine_info()
     report["binaries"] = binary_versions(bin_dir)
+    report["gpupool_source"] = source_state()
     report["per_run"] = runs
     return report
 
@@ -826,12 +905,41 @@ def run_live(config: LiveConfig, log: Log) -> dict[str, Any]:
                 "use --schedulers kube-scheduler to measure kube-scheduler alone"
             )
     started = time.time()
-    runs = [run_once(config, index + 1, log) for index in range(config.runs)]
+    runs: list[dict[str, Any]] = []
+    disturbed: list[dict[str, Any]] = []
+    index = 0
+    while len(runs) < config.runs:
+        index += 1
+        try:
+            run = run_once(config, index, log)
+        except (ApiError, StartError, TimeoutError, LiveBenchError, httpx2.HTTPError) as error:
+            log(f"run {index}: FAILED: {error}")  # keep the other runs' numbers
+            run = {"run": index, "error": f"{type(error).__name__}: {error}", "phases": {}}
+        foreign = max(
+            (p["cpu_while_binding"].get("foreign_fraction", 0.0) for p in run["phases"].values()),
+            default=0.0,
+        )
+        if foreign > config.max_foreign_cpu and len(disturbed) < config.retries:
+            log(f"run {index}: other processes used {foreign:.0%} of the CPUs; running it again")
+            disturbed.append(run)
+            continue
+        runs.append(run)
     report = live_report(config, runs, bin_dir)
+    report["disturbed_runs"] = disturbed
     report["started"] = _iso(started)
     report["finished"] = _iso(time.time())
     report["wall_seconds"] = round(time.time() - started, 1)
     return report
+
+
+def report_ok(report: dict[str, Any]) -> bool:
+    """Every run finished, every phase bound every pod, every gpupool allocation was right."""
+    phases = [phase for run in report["per_run"] for phase in run["phases"].values()]
+    return (
+        not report["failed_runs"]
+        and all(phase["complete"] for phase in phases)
+        and report["gpupool_allocations_ok"] is not False
+    )
 
 
 def format_table(report: dict[str, Any]) -> str:
@@ -869,6 +977,8 @@ def format_table(report: dict[str, Any]) -> str:
     ]
     for row in rows:
         lines.append("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
+    if report["failed_runs"]:
+        lines.append(f"FAILED runs: {report['failed_runs']} (see per_run)")
     ok = report["gpupool_allocations_ok"]
     if ok is not None:
         lines.append(f"gpupool allocations: {'ok' if ok else 'PROBLEMS (see per_run)'}")

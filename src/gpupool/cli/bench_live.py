@@ -29,6 +29,10 @@ def bench_live(
     timeout: Annotated[
         float, typer.Option(help="Seconds a scheduler gets to bind every pod.")
     ] = 900.0,
+    max_foreign_cpu: Annotated[
+        float, typer.Option(help="Repeat a run if other processes used more of the CPUs than this.")
+    ] = 0.1,
+    retries: Annotated[int, typer.Option(help="Runs that may be repeated that way.")] = 3,
     gpupool_args: Annotated[
         str,
         typer.Option(help="Extra arguments for gpupool control-plane, e.g. '--log-level warning'."),
@@ -36,7 +40,13 @@ def bench_live(
 ) -> None:
     """Bind throughput of gpupool and kube-scheduler on one real local control plane."""
     try:
-        from gpupool.bench.live import LiveBenchError, LiveConfig, format_table, run_live
+        from gpupool.bench.live import (
+            LiveBenchError,
+            LiveConfig,
+            format_table,
+            report_ok,
+            run_live,
+        )
         from gpupool.devcluster.binaries import MissingBinariesError
     except ImportError as exc:
         raise fail(
@@ -52,6 +62,8 @@ def bench_live(
         concurrency=concurrency,
         timeout=timeout,
         gpupool_args=tuple(shlex.split(gpupool_args)),
+        max_foreign_cpu=max_foreign_cpu,
+        retries=retries,
     )
     try:
         config.validate()
@@ -70,9 +82,6 @@ def bench_live(
         json_out.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
         typer.echo(f"wrote {json_out}", err=True)
     typer.echo(format_table(report))
-    incomplete = any(
-        not phase["complete"] for run in report["per_run"] for phase in run["phases"].values()
-    )
-    if incomplete or report["gpupool_allocations_ok"] is False:
+    if not report_ok(report):
         typer.echo("error: some runs failed or bound wrongly; see the report", err=True)
         raise typer.Exit(code=1)

@@ -2,19 +2,39 @@
 
 Each process writes to its own log in the cluster folder, so a failed start can say why (the
 last lines of the log go into the error). Stopping sends SIGTERM and, after a grace period,
-SIGKILL; ``kill()`` is the SIGKILL the crash tests need.
+SIGKILL; ``kill()`` is the SIGKILL the crash tests need. On Linux the children are also told
+to die with their parent (``PR_SET_PDEATHSIG``), so a test run or a dev cluster that is itself
+SIGKILLed leaves no etcd or kube-apiserver behind. The kernel ties that signal to the thread
+that started the child, so it is set only for children started from the main thread.
 """
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 STOP_GRACE_SECONDS = 10.0
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _tie_to_parent() -> Callable[[], None] | None:
+    """The ``preexec_fn`` that ties a child's life to this process, where that is safe."""
+    if sys.platform == "linux" and threading.current_thread() is threading.main_thread():
+        return _die_with_parent
+    return None
 
 
 class StartError(RuntimeError):
@@ -43,7 +63,11 @@ class ManagedProcess:
         self.log_path = log_path
         self._log = log_path.open("ab")
         self.process = subprocess.Popen(
-            self.argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            self.argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_tie_to_parent(),
         )
 
     @property

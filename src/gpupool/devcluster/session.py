@@ -20,6 +20,7 @@ from typing import Any
 from gpupool.devcluster.controlplane import LocalControlPlane, SchedulerClient
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
 from gpupool.kube.api import JsonObject, KubeAPI
+from gpupool.kube.crds import install_crds
 from gpupool.kube.vocabulary import RESOURCE_GPU, SCHEDULER_NAME
 
 NODE_PREFIX = "gpu-node"
@@ -106,9 +107,10 @@ async def wait_nodes_ready(
 
 
 async def populate(kubeconfig: Path, nodes: list[FakeGpuNode], concurrency: int = 16) -> None:
-    """Create the fake nodes and wait until kwok has made every one Ready."""
+    """Install the gpupool CRDs, create the fake nodes, wait until kwok made every one Ready."""
     api = KubeAPI.from_kubeconfig(kubeconfig)
     try:
+        await install_crds(api)
         await create_nodes(api, nodes, concurrency)
         await wait_nodes_ready(api, len(nodes))
     finally:
@@ -223,7 +225,7 @@ def run_session(
         say(f"starting etcd and kube-apiserver in {plane.folder} ...")
         plane.start()
         plane.start_kwok()
-        say(f"creating {config.nodes} fake GPU nodes ...")
+        say(f"installing the CRDs and creating {config.nodes} fake GPU nodes ...")
         asyncio.run(populate(plane.kubeconfig, config.fake_nodes()))
         if config.kube_scheduler:
             plane.start_kube_scheduler(SchedulerClient())

@@ -51,6 +51,7 @@ async def install_crds(api: KubeAPI, timeout: float = 30.0) -> None:
         await _apply(api, manifest)
     for manifest in manifests:
         await _wait_established(api, manifest["metadata"]["name"], deadline)
+        await _wait_served(api, manifest, deadline)
 
 
 async def _apply(api: KubeAPI, manifest: JsonObject) -> None:
@@ -75,4 +76,24 @@ async def _wait_established(api: KubeAPI, name: str, deadline: float) -> None:
             return
         if loop.time() > deadline:
             raise TimeoutError(f"CustomResourceDefinition {name} not Established: {conditions}")
+        await asyncio.sleep(_POLL_SECONDS)
+
+
+async def _wait_served(api: KubeAPI, manifest: JsonObject, deadline: float) -> None:
+    """Wait until the new resource can be listed.
+
+    ``Established`` comes a moment before the API server's storage for the resource is ready;
+    in between a LIST answers 429 "storage is (re)initializing".
+    """
+    spec = manifest["spec"]
+    version = next(v["name"] for v in spec["versions"] if v.get("storage"))
+    path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            await api.get(path, {"limit": "1"})
+            return
+        except ApiError as error:
+            if error.status not in (404, 429, 503) or loop.time() > deadline:
+                raise
         await asyncio.sleep(_POLL_SECONDS)

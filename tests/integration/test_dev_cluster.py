@@ -1,0 +1,266 @@
+"""``gpupool dev-cluster up`` and ``gpupool bench live`` as a user runs them: real subprocesses.
+
+The dev cluster must give Ready GPU nodes, and a Ctrl-C or SIGTERM must leave no etcd,
+kube-apiserver, kwok or kube-scheduler behind. The live bench must bind every pod with both
+schedulers and its allocation check must catch a GPU handed out twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpupool.bench.live import check_allocations, kube_nodes_to_find
+from gpupool.kube.api import KubeAPI
+
+pytestmark = pytest.mark.integration
+
+CONTROL_PLANE_CHILDREN = {"etcd", "kube-apiserver", "kwok"}
+
+
+def gpupool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpupool", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _children(pid: int) -> dict[int, str]:
+    """Direct children of ``pid`` (pid -> command name), from /proc."""
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        if int(rest.split()[1]) == pid:
+            found[int(entry.name)] = name
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class _Lines:
+    """The subprocess's stdout, line by line, with a timeout."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        assert process.stdout is not None
+        stream = process.stdout
+
+        def pump() -> None:
+            for line in stream:
+                self.lines.put(line)
+            self.lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def wait_for(self, prefix: str, timeout: float) -> str:
+        """The next line that starts with ``prefix`` once stripped of indentation."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.seen.append(line)
+            if line.strip().startswith(prefix):
+                return line
+        raise AssertionError(f"no line starting with {prefix!r}; output so far:\n{self.seen}")
+
+    def rest(self, timeout: float = 10) -> str:
+        """Everything printed until the stream closed."""
+        while (line := self.lines.get(timeout=timeout)) is not None:
+            self.seen.append(line)
+        return "".join(self.seen)
+
+
+@pytest.mark.parametrize(
+    ("stop_signal", "scheduler_flag", "expected_children"),
+    [
+        (signal.SIGINT, "--no-kube-scheduler", CONTROL_PLANE_CHILDREN),
+        (signal.SIGTERM, "--kube-scheduler", CONTROL_PLANE_CHILDREN | {"kube-scheduler"}),
+    ],
+)
+async def test_dev_cluster_up_serves_ready_gpu_nodes_and_stops_cleanly(
+    tmp_path: Path,
+    stop_signal: signal.Signals,
+    scheduler_flag: str,
+    expected_children: set[str],
+) -> None:
+    folder = tmp_path / "dev"
+    command = [
+        sys.executable, "-m", "gpupool", "dev-cluster", "up", "--nodes", "3",
+        "--gpus-per-node", "4", "--gpu-model", "A100", "--gpu-memory-mib", "40960",
+        "--dir", str(folder), scheduler_flag,
+    ]  # fmt: skip
+    with (
+        (tmp_path / "stderr").open("w") as stderr,
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True) as process,
+    ):
+        lines = _Lines(process)
+        try:
+            kubeconfig = Path(lines.wait_for("kubeconfig:", 120).split(":", 1)[1].strip())
+            assert kubeconfig == folder / "admin.kubeconfig"
+            assert f"kubectl --kubeconfig {kubeconfig} get nodes" in lines.wait_for("kubectl", 10)
+            lines.wait_for("schedulerName: gpupool", 10)
+            lines.wait_for("gpupool.io/gpu: 1", 10)
+
+            api = KubeAPI.from_kubeconfig(kubeconfig)
+            try:
+                listing = await api.get("/api/v1/nodes")
+                pools = await api.get("/apis/gpupool.io/v1alpha1/gpupools")  # CRDs installed
+            finally:
+                await api.close()
+            assert pools["items"] == []
+            nodes = {node["metadata"]["name"]: node for node in listing["items"]}
+            assert set(nodes) == {"gpu-node-000", "gpu-node-001", "gpu-node-002"}
+            for node in nodes.values():
+                conditions = {c["type"]: c["status"] for c in node["status"]["conditions"]}
+                assert conditions["Ready"] == "True"
+                assert node["status"]["allocatable"]["gpupool.io/gpu"] == "4"
+                assert node["metadata"]["labels"]["gpupool.io/gpu-model"] == "A100"
+                assert node["metadata"]["labels"]["gpupool.io/gpu-memory-mib"] == "40960"
+
+            children = _children(process.pid)
+            assert set(children.values()) == expected_children
+            process.send_signal(stop_signal)
+            assert process.wait(60) == 0
+        finally:
+            if process.poll() is None:  # a failed assertion: still stop the cluster cleanly
+                process.terminate()
+                try:
+                    process.wait(60)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        output = lines.rest()
+    assert output.endswith("stopping ...\nstopped.\n")
+    assert (tmp_path / "stderr").read_text() == f"dev cluster stopped ({stop_signal.name}).\n"
+    leftovers = {pid: name for pid, name in children.items() if _alive(pid)}
+    assert not leftovers, f"left running: {leftovers}"
+    assert (folder / "kube-apiserver.log").is_file()  # --dir keeps the logs
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["dev-cluster", "up", "--nodes", "0"], "--nodes"),
+        (["dev-cluster", "up", "--gpus-per-node", "-1"], "--gpus-per-node"),
+        (["bench", "live", "--pods", "0"], "--pods"),
+        (["bench", "live", "--nodes", "2", "--pods", "17"], "--pods"),
+        (["bench", "live", "--schedulers", "volcano"], "--schedulers"),
+    ],
+)
+def test_bad_options_fail_with_one_line_naming_the_option(args: list[str], option: str) -> None:
+    done = gpupool(*args)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: {option}:"), done.stderr
+    assert done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stderr
+
+
+def test_bench_live_binds_every_pod_with_both_schedulers(tmp_path: Path) -> None:
+    out = tmp_path / "live.json"
+    done = gpupool(
+        "bench", "live", "--nodes", "3", "--pods", "20", "--runs", "1", "--json", str(out),
+        "--timeout", "120",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["gpupool_pods_per_second"] > 0
+    assert report["kube_scheduler_pods_per_second"] > 0
+    assert report["gpupool_allocations_ok"] is True
+    (run,) = report["per_run"]
+    for name in ("gpupool", "kube-scheduler"):
+        phase = run["phases"][name]
+        assert phase["complete"], phase
+        assert phase["bound"] == 20
+        assert phase["node_counts"]["ok"], phase["node_counts"]
+        assert phase["node_counts"]["max_pods_on_a_node"] <= 8
+        assert phase["seconds_to_first_bind"] <= phase["seconds_to_last_bind"]
+    allocations = run["phases"]["gpupool"]["allocations"]
+    assert allocations["pods_checked"] == 20
+    assert allocations["gpus_allocated"] == 20
+    assert report["setup"]["kube_scheduler"]["qps"] == 5000
+    assert "gpupool" in done.stdout
+    assert "kube-scheduler" in done.stdout
+
+
+def _pod(name: str, node: str | None, annotation: str | None) -> dict[str, object]:
+    annotations = {"gpupool.io/allocation": annotation} if annotation is not None else {}
+    return {"metadata": {"name": name, "annotations": annotations}, "spec": {"nodeName": node}}
+
+
+def _record(node: str, *indexes: int) -> str:
+    gpus = [{"index": i, "uuid": f"GPU-{node}-{i}", "milli": 1000} for i in indexes]
+    return json.dumps({"node": node, "kind": "whole", "gpus": gpus})
+
+
+INVENTORY = {"n1": [f"GPU-n1-{i}" for i in range(2)], "n2": [f"GPU-n2-{i}" for i in range(2)]}
+
+
+def test_allocation_check_passes_distinct_gpus() -> None:
+    pods = [_pod("a", "n1", _record("n1", 0)), _pod("b", "n1", _record("n1", 1))]
+    report = check_allocations(pods, INVENTORY)
+    assert report["ok"]
+    assert report["gpus_allocated"] == 2
+
+
+def test_allocation_check_catches_each_kind_of_wrong_record() -> None:
+    pods = [
+        _pod("a", "n1", _record("n1", 0)),
+        _pod("b", "n1", _record("n1", 0)),  # same GPU again
+        _pod("c", "n2", None),  # no record
+        _pod("d", "n2", _record("n1", 1)),  # record names another node
+        _pod("e", "n2", _record("n2", 0, 1)),  # two GPUs for a one-GPU pod
+        _pod("f", "n2", _record("n2", 7)),  # no such GPU
+        _pod("g", "n2", "{not json"),
+        _pod("h", None, None),
+        _pod("i", "n1", json.dumps({"node": "n1", "gpus": [{"index": 1, "uuid": "GPU-x"}]})),
+    ]
+    report = check_allocations(pods, INVENTORY)
+    assert not report["ok"]
+    assert report["gpus_given_twice"] == 2
+    assert report["gpus_given_twice_examples"] == {"n1/0": ["a", "b"], "n2/1": ["d", "e"]}
+    assert report["missing_annotation"] == 1
+    assert report["node_mismatch"] == 1
+    assert report["wrong_gpu_count"] == 1
+    assert report["unknown_gpu"] == 1
+    assert report["unreadable_annotation"] == 1
+    assert report["unbound"] == 1
+    assert report["uuid_mismatch"] == 2  # d (n1's UUID on n2) and i
+
+
+@pytest.mark.parametrize(
+    ("nodes", "expected"), [(50, 50), (150, 100), (1000, 420), (5000, 500), (100_000, 5000)]
+)
+def test_kube_scheduler_feasible_node_count_follows_the_adaptive_rule(
+    nodes: int, expected: int
+) -> None:
+    # numFeasibleNodesToFind: all below 100 nodes, else (50 - nodes/125)% but >= 5% and >= 100
+    assert kube_nodes_to_find(nodes) == expected
