@@ -37,12 +37,12 @@ from gpupool.bench.live import (
     create_namespace,
     create_pods,
     gpupool_scheduler_available,
-    machine_info,
     pod_manifest,
     proc_cpu_seconds,
     proc_status_kib,
     start_scheduler,
 )
+from gpupool.bench.machine import machine_description
 from gpupool.devcluster.binaries import find_binaries
 from gpupool.devcluster.controlplane import LocalControlPlane, SchedulerClient
 from gpupool.devcluster.fakenodes import create_nodes
@@ -267,7 +267,7 @@ def main() -> int:
         "sampling": {"interval_seconds": args.interval, "samples": sampler.samples},
         "concurrency": args.concurrency,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "machine": machine_info(),
+        "machine": machine_description(),
         "binaries": binary_versions(bin_dir),
         "series": sampler.series,
     }

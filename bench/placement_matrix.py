@@ -23,12 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpupool.bench.machine import machine_description, usable_cores
 from gpupool.bench.placement import (
     PlacementJob,
-    machine_description,
     placement_report,
     run_seeds,
-    usable_cores,
 )
 from gpupool.bench.plot import plot_unallocated
 from gpupool.cli.options import parse_seeds

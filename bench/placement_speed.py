@@ -18,7 +18,8 @@ import pstats
 import statistics
 from pathlib import Path
 
-from gpupool.bench.placement import PlacementJob, machine_description, run_job
+from gpupool.bench.machine import machine_description
+from gpupool.bench.placement import PlacementJob, run_job
 from gpupool.scheduling.registry import PUBLISHED
 
 TRACE_DIR = Path("../shared/data/openb")

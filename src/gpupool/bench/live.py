@@ -25,7 +25,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from typing import Any
 
 import httpx2
 
+from gpupool.bench.machine import machine_description
 from gpupool.devcluster.controlplane import LocalControlPlane, SchedulerClient
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
 from gpupool.devcluster.processes import ManagedProcess, StartError
@@ -733,32 +733,6 @@ def run_once(config: LiveConfig, index: int, log: Log) -> dict[str, Any]:
 # --- the report ------------------------------------------------------------------------------
 
 
-def machine_info() -> dict[str, Any]:
-    """CPU count and model, memory, Python: where the numbers were measured."""
-    model = platform.processor() or platform.machine()
-    memory_gib: float | None = None
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemTotal:"):
-                    memory_gib = round(int(line.split()[1]) / 1024**2, 1)
-    except OSError:
-        pass
-    return {
-        "cpu_count": os.cpu_count(),
-        "usable_cpus": len(os.sched_getaffinity(0)),
-        "cpu_model": model,
-        "memory_gib": memory_gib,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
-
-
 def binary_versions(bin_dir: Path) -> dict[str, str]:
     """``--version`` of each control-plane binary."""
     versions: dict[str, str] = {}
@@ -880,7 +854,7 @@ def live_report(config: LiveConfig, runs: list[dict[str, Any]], bin_dir: Path) -
         "concurrency": config.concurrency,
         "timeout_seconds": config.timeout,
     }
-    report["machine"] = machine_info()
+    report["machine"] = machine_description()
     report["binaries"] = binary_versions(bin_dir)
     report["gpupool_source"] = source_state()
     report["per_run"] = runs

@@ -10,8 +10,6 @@ time of every run.
 from __future__ import annotations
 
 import multiprocessing
-import os
-import platform
 import queue
 import statistics
 from collections.abc import Callable, Sequence
@@ -22,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from gpupool.bench.machine import machine_description
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
 from gpupool.sim.metrics import REPORTED_ARRIVED_PCT, bin_by_arrival
@@ -113,25 +112,6 @@ def _summary(per_seed: Sequence[Sequence[float | None]]) -> dict[str, dict[str, 
             "per_seed": values,
         }
     return out
-
-
-def usable_cores() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-def machine_description() -> dict[str, Any]:
-    """Where the numbers were measured."""
-    return {
-        "cpu": platform.processor() or platform.machine(),
-        "cores": usable_cores(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "platform": platform.platform(),
-    }
 
 
 def _queue_progress(sink: Any) -> ProgressSink:

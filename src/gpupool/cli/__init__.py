@@ -58,7 +58,8 @@ def bench_placement(
     ] = 1.3,
 ) -> None:
     """Replay an openb trace with the published protocol and report unallocated GPUs."""
-    from gpupool.bench.placement import PlacementJob, placement_report, run_seeds, usable_cores
+    from gpupool.bench.machine import usable_cores
+    from gpupool.bench.placement import PlacementJob, placement_report, run_seeds
     from gpupool.cli.progress import seed_progress
     from gpupool.scheduling.registry import policy_names
 
