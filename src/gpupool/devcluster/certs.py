@@ -105,15 +105,7 @@ def write_cluster_certs(directory: Path) -> ClusterCerts:
     (directory / "apiserver.crt").write_bytes(serving.public_bytes(pem))
     _write_key(serving_key, directory / "apiserver.key")
 
-    admin_key = ec.generate_private_key(ec.SECP256R1())
-    admin = _issue(
-        _name("gpupool-admin", "system:masters"),
-        admin_key,
-        (ca_name, ca_key),
-        ExtendedKeyUsageOID.CLIENT_AUTH,
-    )
-    (directory / "admin.crt").write_bytes(admin.public_bytes(pem))
-    _write_key(admin_key, directory / "admin.key")
+    admin_cert, admin_key = write_client_cert(directory, "gpupool-admin", "system:masters")
 
     sa_key = ec.generate_private_key(ec.SECP256R1())
     _write_key(sa_key, directory / "sa.key")
@@ -124,8 +116,28 @@ def write_cluster_certs(directory: Path) -> ClusterCerts:
         ca_cert=ca_path,
         serving_cert=directory / "apiserver.crt",
         serving_key=directory / "apiserver.key",
-        admin_cert=directory / "admin.crt",
-        admin_key=directory / "admin.key",
+        admin_cert=admin_cert,
+        admin_key=admin_key,
         sa_public=directory / "sa.pub",
         sa_private=directory / "sa.key",
     )
+
+
+def write_client_cert(directory: Path, user: str, group: str | None = None) -> tuple[Path, Path]:
+    """Issue a client certificate for ``user`` (in ``group``) from the cluster's CA.
+
+    The API server maps the common name to the user name and the organisation to a group, so
+    this is how tests act as a component with only the permissions its RBAC role grants.
+    """
+    pem = serialization.Encoding.PEM
+    ca = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{directory / 'ca.key'}: not an EC key")
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _issue(_name(user, group), key, (ca.subject, ca_key), ExtendedKeyUsageOID.CLIENT_AUTH)
+    stem = "admin" if group == "system:masters" else user
+    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
+    cert_path.write_bytes(cert.public_bytes(pem))
+    _write_key(key, key_path)
+    return cert_path, key_path

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 
 from gpupool.devcluster.binaries import find_binaries, require
-from gpupool.devcluster.certs import ClusterCerts, write_cluster_certs
+from gpupool.devcluster.certs import ClusterCerts, write_client_cert, write_cluster_certs
 from gpupool.devcluster.processes import ManagedProcess, free_port
 
 START_TIMEOUT = 60.0
@@ -223,6 +223,16 @@ class LocalControlPlane:
 
     def _write_kubeconfig(self) -> None:
         certs = self._certs()
+        self._kubeconfig_for(self.kubeconfig, certs.admin_cert, certs.admin_key)
+
+    def user_kubeconfig(self, user: str, group: str | None = None) -> Path:
+        """A kubeconfig for ``user`` (optionally in ``group``): only what RBAC grants it."""
+        cert, key = write_client_cert(self.folder / "pki", user, group)
+        path = self.folder / f"{user}.kubeconfig"
+        self._kubeconfig_for(path, cert, key)
+        return path
+
+    def _kubeconfig_for(self, path: Path, cert: Path, key: Path) -> None:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -231,25 +241,19 @@ class LocalControlPlane:
                     "name": "gpupool-dev",
                     "cluster": {
                         "server": self.server,
-                        "certificate-authority": str(certs.ca_cert),
+                        "certificate-authority": str(self._certs().ca_cert),
                     },
                 }
             ],
             "users": [
-                {
-                    "name": "admin",
-                    "user": {
-                        "client-certificate": str(certs.admin_cert),
-                        "client-key": str(certs.admin_key),
-                    },
-                }
+                {"name": "user", "user": {"client-certificate": str(cert), "client-key": str(key)}}
             ],
             "contexts": [
-                {"name": "gpupool-dev", "context": {"cluster": "gpupool-dev", "user": "admin"}}
+                {"name": "gpupool-dev", "context": {"cluster": "gpupool-dev", "user": "user"}}
             ],
             "current-context": "gpupool-dev",
         }
-        self.kubeconfig.write_text(json.dumps(config, indent=2))
+        path.write_text(json.dumps(config, indent=2))
 
 
 def _http_ok(host: str, path: str, context: ssl.SSLContext | None) -> bool:
