@@ -55,6 +55,39 @@ class Toleration(msgspec.Struct, frozen=True):
     effect: str = ""
 
 
+class NodeSelectorRequirement(msgspec.Struct, frozen=True):
+    """One expression of a node selector term (``key``, ``operator``, ``values``)."""
+
+    key: str = ""
+    operator: str = ""
+    values: tuple[str, ...] = ()
+
+
+class NodeSelectorTerm(msgspec.Struct, frozen=True, rename="camel"):
+    """Expressions on labels and on fields; all must hold."""
+
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+    match_fields: tuple[NodeSelectorRequirement, ...] = ()
+
+
+class NodeSelector(msgspec.Struct, frozen=True, rename="camel"):
+    """Terms of which at least one must hold."""
+
+    node_selector_terms: tuple[NodeSelectorTerm, ...] = ()
+
+
+class NodeAffinity(msgspec.Struct, frozen=True, rename="camel"):
+    """The required part of a pod's node affinity (the preferred part does not filter)."""
+
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+
+
+class Affinity(msgspec.Struct, frozen=True, rename="camel"):
+    """The pod affinity fields the scheduler reads."""
+
+    node_affinity: NodeAffinity | None = None
+
+
 class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
     """The pod spec fields the scheduler reads."""
 
@@ -65,6 +98,7 @@ class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
     init_containers: list[Container] = []
     overhead: dict[str, str] = {}
     node_selector: dict[str, str] = {}
+    affinity: Affinity = Affinity()
     tolerations: list[Toleration] = []
     scheduling_gates: list[dict[str, str]] = []
 

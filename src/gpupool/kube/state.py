@@ -30,8 +30,9 @@ from gpupool.core.filtering import NodeCheck
 from gpupool.core.model import PodSpec
 from gpupool.core.snapshot import AllocationError, BoolArray, ClusterSnapshot
 from gpupool.kube import allocation
+from gpupool.kube.affinity import node_matches
 from gpupool.kube.informer import DELETED
-from gpupool.kube.records import NodeRecord, PodRecord, Toleration
+from gpupool.kube.records import NodeRecord, NodeSelector, PodRecord, Toleration
 from gpupool.kube.translate import InvalidObjectError, gpu_uuids, node_spec, pod_spec
 from gpupool.kube.vocabulary import ANNOTATION_ALLOCATION
 from gpupool.scheduling.gpu_choice import best_fit_gpus
@@ -100,7 +101,9 @@ class ClusterState:
     _dirty: set[str] = field(default_factory=set)
     _specs: dict[str, tuple[str, PodSpec]] = field(default_factory=dict)
     _node_masks: dict[str, BoolArray] = field(default_factory=dict)
-    _selector_masks: dict[frozenset[tuple[str, str]], BoolArray] = field(default_factory=dict)
+    _selector_masks: dict[tuple[frozenset[tuple[str, str]], NodeSelector | None], BoolArray] = (
+        field(default_factory=dict)
+    )
     _toleration_masks: dict[tuple[Toleration, ...], BoolArray] = field(default_factory=dict)
 
     # -- informer handlers -------------------------------------------------------------------
@@ -297,8 +300,9 @@ class ClusterState:
         taints = self._toleration_mask(pod.spec.tolerations)
         if taints is not None:
             checks.append((REASON_TAINTS, taints))
-        if pod.spec.node_selector:
-            checks.append((REASON_SELECTOR, self._selector_mask(pod.spec.node_selector)))
+        selector = self._selector_mask(pod)
+        if selector is not None:
+            checks.append((REASON_SELECTOR, selector))
         return tuple(checks)
 
     def _toleration_mask(self, tolerations: list[Toleration]) -> BoolArray | None:
@@ -320,15 +324,27 @@ class ClusterState:
             self._toleration_masks[key] = mask
         return None if mask.all() else mask
 
-    def _selector_mask(self, selector: dict[str, str]) -> BoolArray:
+    def _selector_mask(self, pod: PodRecord) -> BoolArray | None:
+        """Nodes matching the pod's node selector and required node affinity (None: all)."""
+        selector = pod.spec.node_selector
+        affinity = pod.spec.affinity.node_affinity
+        required = (
+            affinity.required_during_scheduling_ignored_during_execution if affinity else None
+        )
+        if not selector and required is None:
+            return None
         snapshot = self.snapshot
         assert snapshot is not None
-        key = frozenset(selector.items())
+        key = (frozenset(selector.items()), required)
         mask = self._selector_masks.get(key)
         if mask is None:
             mask = np.array(
                 [
                     all(self.nodes[name].metadata.labels.get(k) == v for k, v in selector.items())
+                    and (
+                        required is None
+                        or node_matches(required, self.nodes[name].metadata.labels, name)
+                    )
                     for name in snapshot.node_names
                 ]
             )

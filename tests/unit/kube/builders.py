@@ -14,6 +14,7 @@ from gpupool.core.decisions import Bind
 from gpupool.core.model import PodSpec
 from gpupool.kube import allocation
 from gpupool.kube.records import NodeRecord, PodRecord
+from gpupool.kube.state import ClusterState
 
 Json = dict[str, Any]
 
@@ -203,3 +204,17 @@ def annotated(node_name: str, gpus: tuple[int, ...], kind: str = "whole") -> dic
         scheduler="gpupool-0",
     )
     return {"gpupool.io/allocation": allocation.encode(record)}
+
+
+def make_state(*nodes: NodeRecord, pods: tuple[PodRecord, ...] = ()) -> ClusterState:
+    state = ClusterState("gpupool")
+    for node_record in nodes:
+        state.on_node("ADDED", node_record)
+    for pod_record in pods:
+        state.on_pod("ADDED", pod_record)
+    state.sync()
+    return state
+
+
+def masks(state: ClusterState, record: PodRecord) -> dict[str, list[bool]]:
+    return {name: [bool(v) for v in mask] for name, mask in state.node_checks(record)}

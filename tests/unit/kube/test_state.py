@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gpupool.core.snapshot import ClusterSnapshot
-from gpupool.kube.records import NodeRecord, PodRecord
+from gpupool.kube.records import PodRecord
 from gpupool.kube.state import (
     REASON_NOT_READY,
     REASON_SELECTOR,
@@ -22,6 +22,8 @@ from .builders import (
     bind_decision,
     decode_node,
     decode_pod,
+    make_state,
+    masks,
     node,
     node_dict,
     pod,
@@ -30,16 +32,6 @@ from .builders import (
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 SCHEDULER = "gpupool"
-
-
-def make_state(*nodes: NodeRecord, pods: tuple[PodRecord, ...] = ()) -> ClusterState:
-    state = ClusterState(SCHEDULER)
-    for node_record in nodes:
-        state.on_node(ADDED, node_record)
-    for pod_record in pods:
-        state.on_pod(ADDED, pod_record)
-    state.sync()
-    return state
 
 
 def snap(state: ClusterState) -> ClusterSnapshot:
@@ -495,10 +487,6 @@ def checks_state() -> ClusterState:
         node("n3", taints=[NOSCHEDULE], labels={"pool": "b"}),
         node("n4", taints=[{"key": "soft", "effect": "PreferNoSchedule"}]),
     )
-
-
-def masks(state: ClusterState, record: PodRecord) -> dict[str, list[bool]]:
-    return {name: [bool(v) for v in mask] for name, mask in state.node_checks(record)}
 
 
 def test_node_checks_readiness_and_cordon() -> None:
