@@ -57,28 +57,12 @@ def gpu_pod(
     }
 
 
-async def create_pods(
-    api: KubeAPI, namespace: str, pods: Iterable[Json], concurrency: int = 32
-) -> None:
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(pod: Json) -> None:
-        async with gate:
-            await api.create(f"/api/v1/namespaces/{namespace}/pods", pod)
-
-    await asyncio.gather(*(one(p) for p in pods))
+async def create_pods(api: KubeAPI, namespace: str, pods: Iterable[Json]) -> None:
+    await api.create_all(f"/api/v1/namespaces/{namespace}/pods", pods, concurrency=32)
 
 
 async def list_pods(api: KubeAPI, namespace: str) -> list[Json]:
-    items: list[Json] = []
-    params = {"limit": "500"}
-    while True:
-        page = await api.get(f"/api/v1/namespaces/{namespace}/pods", params)
-        items.extend(page["items"])
-        token = page["metadata"].get("continue")
-        if not token:
-            return items
-        params["continue"] = token
+    return await api.list_items(f"/api/v1/namespaces/{namespace}/pods")
 
 
 async def wait_for(

@@ -171,15 +171,8 @@ async def create_namespace(api: KubeAPI, name: str) -> None:
 async def create_pods(
     api: KubeAPI, namespace: str, pods: Iterable[JsonObject], concurrency: int
 ) -> None:
-    """Create the pods, ``concurrency`` requests at a time (a bounded pool of workers)."""
-    queue = iter(pods)
-    path = f"/api/v1/namespaces/{namespace}/pods"
-
-    async def worker() -> None:
-        for pod in queue:
-            await api.request("POST", path, body=pod)
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    """Create the pods, ``concurrency`` requests at a time."""
+    await api.create_all(f"/api/v1/namespaces/{namespace}/pods", pods, concurrency)
 
 
 async def delete_phase(api: KubeAPI, namespace: str, label: str, timeout: float = 600.0) -> None:

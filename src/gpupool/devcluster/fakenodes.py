@@ -7,7 +7,6 @@ and in the dev cluster are stable and readable.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -73,10 +72,4 @@ class FakeGpuNode:
 
 async def create_nodes(api: KubeAPI, nodes: Iterable[FakeGpuNode], concurrency: int = 32) -> None:
     """Create the nodes, ``concurrency`` requests at a time."""
-    gate = asyncio.Semaphore(concurrency)
-
-    async def create(node: FakeGpuNode) -> None:
-        async with gate:
-            await api.create("/api/v1/nodes", node.manifest())
-
-    await asyncio.gather(*(create(node) for node in nodes))
+    await api.create_all("/api/v1/nodes", (node.manifest() for node in nodes), concurrency)

@@ -13,8 +13,9 @@ leaked sockets and memory in Kubernetes Python code.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,34 @@ class KubeAPI:
         """POST a JSON object and return what the server stored."""
         result: JsonObject = json.loads(await self.request("POST", path, body=body))
         return result
+
+    async def create_all(
+        self, path: str, bodies: Iterable[JsonObject], concurrency: int = 16
+    ) -> None:
+        """POST every object to ``path``, ``concurrency`` requests at a time.
+
+        A fixed pool of workers pulls from one iterator, so a burst of 50,000 objects never
+        becomes 50,000 pending tasks.
+        """
+        pending = iter(bodies)
+
+        async def worker() -> None:
+            for body in pending:
+                await self.request("POST", path, body=body)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+    async def list_items(self, path: str, page_size: int = 500) -> list[JsonObject]:
+        """Every object of a collection as raw JSON, page by page."""
+        items: list[JsonObject] = []
+        params = {"limit": str(page_size)}
+        while True:
+            page = await self.get(path, params)
+            items.extend(page["items"])
+            token = page["metadata"].get("continue")
+            if not token:
+                return items
+            params["continue"] = token
 
     async def replace(self, path: str, body: JsonObject) -> JsonObject:
         """PUT a JSON object (optimistic concurrency through ``metadata.resourceVersion``)."""
