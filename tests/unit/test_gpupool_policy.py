@@ -188,3 +188,16 @@ def test_explain_matches_the_score_it_explains() -> None:
         assert why.fgd_score == expected
         assert f"n{node}: fragmentation" in str(why)
     assert policy.explain(snapshot, SHARE, 1).gpus == (0,)  # GPU 1 has only 300 milli left
+
+
+def test_online_workload_forgets_shapes_beyond_its_bound() -> None:
+    from gpupool.scheduling.online_workload import MAX_SHAPES
+
+    workload = OnlineWorkload(half_life=100.0)
+    for i in range(3 * MAX_SHAPES):  # every arrival a new shape
+        workload.observe(
+            PodSpec(f"p{i}", cpu_milli=1000 + i, memory_mib=1024, gpu_count=1, gpu_milli=500)
+        )
+    assert len(workload.shares()) <= MAX_SHAPES
+    newest = max(workload.shares().items(), key=lambda item: item[1])[0]
+    assert newest[0] == 1000 + 3 * MAX_SHAPES - 1  # the latest arrivals are the ones kept

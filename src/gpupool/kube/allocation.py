@@ -42,6 +42,8 @@ class AllocationRecord(msgspec.Struct, frozen=True, rename="camel", forbid_unkno
         mig_profile: The MIG profile for a MIG slice.
         scheduler: Identity of the scheduler replica that decided.
         time: When it was decided (RFC 3339, UTC).
+        sig: The scheduler's signature over the pod's uid and the other fields
+            (:mod:`gpupool.kube.signing`); empty on records the scheduler did not make.
     """
 
     node: str
@@ -50,6 +52,7 @@ class AllocationRecord(msgspec.Struct, frozen=True, rename="camel", forbid_unkno
     mig_profile: str = ""
     scheduler: str = ""
     time: str = ""
+    sig: str = ""
 
 
 class AllocationFormatError(ValueError):

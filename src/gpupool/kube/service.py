@@ -18,9 +18,12 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupool.kube.api import KubeAPI
+import httpx2
+
+from gpupool.kube.api import ApiError, KubeAPI
 from gpupool.kube.leader import LeaderElector, LeaseConfig
 from gpupool.kube.live import LiveConfig, LiveScheduler
+from gpupool.kube.signing import RecordSigner, load_signing_key
 from gpupool.kube.writes import REPORT_WORKERS
 
 log = logging.getLogger(__name__)
@@ -30,6 +33,18 @@ async def _campaign_forever(elector: LeaderElector, scheduler: LiveScheduler) ->
     while True:
         await elector.run(scheduler.lead)
         log.warning("%s: back to standby", elector.identity)
+
+
+async def _signing_key(api: KubeAPI, namespace: str) -> bytes:
+    """The allocation signing key; waits (with backoff) while the API server cannot give it."""
+    delay = 0.5
+    while True:
+        try:
+            return await load_signing_key(api, namespace)
+        except (ApiError, OSError, httpx2.HTTPError) as error:
+            log.warning("allocation signing key not available yet: %s", error)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 10.0)
 
 
 def default_identity() -> str:
@@ -53,7 +68,8 @@ async def serve(config: ServiceConfig) -> int:
     api = KubeAPI.from_kubeconfig(
         config.kubeconfig, connections=config.live.bind_concurrency + REPORT_WORKERS + 4
     )
-    scheduler = LiveScheduler(api, config.live)
+    signer = RecordSigner(await _signing_key(api, config.lease.namespace))
+    scheduler = LiveScheduler(api, config.live, signer=signer)
     # its own connections: a renewal must never queue behind a burst of binds
     lease_api = KubeAPI.from_kubeconfig(config.kubeconfig, timeout=config.lease.renew_deadline)
     elector = LeaderElector(lease_api, config.live.identity, config.lease)

@@ -1,61 +1,59 @@
-"""The scheduler's view of a live cluster: informer records in, a consistent snapshot out.
+"""The scheduler's cache of a live cluster: informer records in, a consistent snapshot out.
 
-:class:`ClusterState` keeps the records the informers deliver and maintains from them the same
-:class:`~gpupool.core.snapshot.ClusterSnapshot` the simulator uses:
+:class:`ClusterState` keeps the records the informers deliver and, while this replica leads,
+maintains from them the same :class:`~gpupool.core.snapshot.ClusterSnapshot` the simulator uses
+(the scheduling queue is :mod:`gpupool.kube.queue`):
 
 * Nodes become snapshot rows. The snapshot is rebuilt only when something scheduling reads
   changes (allocatable, labels, taints, readiness), not on heartbeats.
-* A pod holds resources while it is bound and neither finished nor deleted. gpupool's pods hold
-  exactly the GPUs of their allocation annotation (the record of truth, so a restarted or newly
-  elected scheduler recovers every allocation from the cluster). Pods bound by someone else
-  hold their CPU, memory and a best-fit choice of GPUs.
+* A pod holds resources while it is bound and has not finished, **including while it
+  terminates**: its containers may run for the whole grace period (or as long as a finalizer
+  keeps the pod), and the kubelet's device manager keeps its devices until then too.
+* What a bound pod holds depends on what can be believed about it (trust nothing a tenant can
+  write). A pod whose allocation record passes every check against the pod and carries the
+  scheduler's signature (:mod:`gpupool.kube.record_check`, :mod:`gpupool.kube.signing`) holds
+  exactly the GPUs of its record. Any other bound pod (a record that fails a check, a forged or
+  copied one, no record, another scheduler's pod) is *foreign*: it holds its CPU, memory and a
+  best-fit choice of GPUs, and when even that does not fit, as much of it as the node has left;
+  never nothing. Gpupool's own pods held as foreign get a Warning and are counted.
+* Which pod keeps a contested GPU never depends on the order events arrive in: trusted records
+  are held first on a rebuild, and a trusted record that meets foreign holdings on its node
+  displaces them (they are then re-held from what is left).
 * A pod this scheduler has just decided is *assumed*: it holds its GPUs from the moment of the
   decision until the watch shows it bound (or the bind failed), so no GPU share can be handed
   out twice while a Binding is in flight.
+* A standby replica keeps only the records: no snapshot, no change tracking, so its memory does
+  not grow with the stream of pod updates it never schedules. Becoming leader rebuilds
+  everything from the records.
 
 Everything here is synchronous and runs between awaits of the event loop, so the snapshot is
-never seen half-updated. A pod whose resources cannot be held as recorded (which would mean an
-allocation conflict) is counted in ``conflicts`` and logged; tests assert it stays zero.
+never seen half-updated.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from gpupool.core.decisions import Bind
-from gpupool.core.filtering import NodeCheck
+from gpupool.core.filtering import NodeCheck, eligible_gpus
 from gpupool.core.model import PodSpec
-from gpupool.core.snapshot import AllocationError, BoolArray, ClusterSnapshot
+from gpupool.core.snapshot import AllocationError, ClusterSnapshot
 from gpupool.kube import allocation
-from gpupool.kube.affinity import node_matches
 from gpupool.kube.informer import DELETED
-from gpupool.kube.records import NodeRecord, NodeSelector, PodRecord, Toleration
+from gpupool.kube.node_checks import NodeChecks
+from gpupool.kube.record_check import problems
+from gpupool.kube.records import NodeRecord, PodRecord
+from gpupool.kube.signing import RecordSigner
 from gpupool.kube.translate import InvalidObjectError, gpu_uuids, node_spec, pod_spec
 from gpupool.kube.vocabulary import ANNOTATION_ALLOCATION
 from gpupool.scheduling.gpu_choice import best_fit_gpus
 
 log = logging.getLogger(__name__)
 
-REASON_NOT_READY = "node(s) were not ready"
-REASON_UNSCHEDULABLE = "node(s) were unschedulable"
-REASON_TAINTS = "node(s) had untolerated taint(s)"
-REASON_SELECTOR = "node(s) didn't match Pod's node affinity/selector"
-_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
-
-
-def _tolerates(tolerations: list[Toleration], key: str, value: str, effect: str) -> bool:
-    for toleration in tolerations:
-        if toleration.effect and toleration.effect != effect:
-            continue
-        if toleration.operator == "Exists":
-            if not toleration.key or toleration.key == key:
-                return True
-        elif toleration.key == key and toleration.value == value:
-            return True
-    return False
+Warn = Callable[[PodRecord, str, str], None]
+"""Called as ``warn(pod, reason, message)`` for a Warning Event about a pod."""
 
 
 def _signature(node: NodeRecord) -> tuple[object, ...]:
@@ -70,13 +68,26 @@ def _signature(node: NodeRecord) -> tuple[object, ...]:
     )
 
 
+def _no_warning(pod: PodRecord, reason: str, message: str) -> None:
+    """The default :data:`Warn`: nothing to report to."""
+
+
 @dataclass
 class StateStats:
-    """Counters for metrics and tests."""
+    """Counters for metrics and tests.
+
+    Attributes:
+        rebuilds: Full snapshot rebuilds.
+        conflicts: Pods that could not be held as recorded or requested (a foreign pod held
+            only in part, two trusted records on one GPU).
+        invalid_nodes: Nodes left out because a field could not be read.
+        untrusted: Bound pods of this scheduler held as foreign (record invalid or missing).
+    """
 
     rebuilds: int = 0
     conflicts: int = 0
     invalid_nodes: int = 0
+    untrusted: int = 0
 
 
 @dataclass
@@ -85,26 +96,30 @@ class ClusterState:
 
     Args:
         scheduler_name: ``spec.schedulerName`` of the pods this scheduler places.
+        signer: Verifies that a record is the scheduler's own (None: trust no record).
+        warn: Where Warning Events about pods go.
     """
 
     scheduler_name: str
+    signer: RecordSigner | None = None
+    warn: Warn = _no_warning
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     pods: dict[str, PodRecord] = field(default_factory=dict)
     snapshot: ClusterSnapshot | None = None
     uuids: dict[str, tuple[str, ...]] = field(default_factory=dict)
     assumed: set[str] = field(default_factory=set)
+    foreign: set[str] = field(default_factory=set)
     pending: set[str] = field(default_factory=set)
+    pending_changes: set[str] = field(default_factory=set)
     capacity_epoch: int = 0
+    active: bool = False
     stats: StateStats = field(default_factory=StateStats)
+    checks: NodeChecks = field(default_factory=NodeChecks)
     _signatures: dict[str, tuple[object, ...]] = field(default_factory=dict)
     _nodes_changed: bool = True
     _dirty: set[str] = field(default_factory=set)
     _specs: dict[str, tuple[str, PodSpec]] = field(default_factory=dict)
-    _node_masks: dict[str, BoolArray] = field(default_factory=dict)
-    _selector_masks: dict[tuple[frozenset[tuple[str, str]], NodeSelector | None], BoolArray] = (
-        field(default_factory=dict)
-    )
-    _toleration_masks: dict[tuple[Toleration, ...], BoolArray] = field(default_factory=dict)
+    _warned: dict[str, str] = field(default_factory=dict)
 
     # -- informer handlers -------------------------------------------------------------------
 
@@ -123,25 +138,48 @@ class ClusterState:
             self._nodes_changed = True
 
     def on_pod(self, kind: str, pod: PodRecord) -> None:
-        """Informer handler for pods."""
+        """Informer handler for pods (a finished pod counts as gone)."""
         uid = pod.metadata.uid
-        if kind == DELETED:
+        if kind == DELETED or pod.finished:
             self.pods.pop(uid, None)
             self._specs.pop(uid, None)
+            self._warned.pop(uid, None)
         else:
             self.pods[uid] = pod
-        self._dirty.add(uid)
+        if self.active:
+            self._dirty.add(uid)
 
     # -- bringing the snapshot up to date ----------------------------------------------------
 
     def sync(self) -> None:
         """Apply every change since the last call to the snapshot and the pending set."""
+        if not self.active:
+            return
         if self._nodes_changed:
             self._rebuild()
             return
         dirty, self._dirty = self._dirty, set()
         for uid in dirty:
             self._reconcile(uid)
+
+    def restart(self) -> None:
+        """Forget assumptions and rebuild everything from the records (a new term as leader)."""
+        self.active = True
+        self.assumed.clear()
+        self.snapshot = None
+        self._nodes_changed = True
+
+    def deactivate(self) -> None:
+        """Back to standby: keep only the records."""
+        self.active = False
+        self.snapshot = None
+        self.assumed.clear()
+        self.foreign.clear()
+        self.pending_changes |= self.pending
+        self.pending.clear()
+        self._dirty.clear()
+        self._specs.clear()
+        self._nodes_changed = True
 
     def _rebuild(self) -> None:
         specs = []
@@ -152,28 +190,28 @@ class ClusterState:
                 self.stats.invalid_nodes += 1
                 log.warning("node %s left out: %s", name, error)
         self._nodes_changed = False
-        self._selector_masks.clear()
-        self._toleration_masks.clear()
         self.stats.rebuilds += 1
         self.capacity_epoch += 1
         previous = self.snapshot
         self.snapshot = ClusterSnapshot(specs) if specs else None
-        if self.snapshot is None:
-            self.uuids = {}
-            self._node_masks = {}
-        else:
-            records = [self.nodes[spec.name] for spec in specs]
-            self.uuids = {
-                spec.name: gpu_uuids(r, spec.gpu_count)
-                for spec, r in zip(specs, records, strict=True)
-            }
-            self._node_masks = {
-                REASON_NOT_READY: np.array([r.ready for r in records]),
-                REASON_UNSCHEDULABLE: np.array([not r.spec.unschedulable for r in records]),
-            }
-        # Assumed pods keep their decision across a rebuild; everything else is re-derived.
+        records = [self.nodes[spec.name] for spec in specs]
+        self.uuids = {
+            spec.name: gpu_uuids(r, spec.gpu_count) for spec, r in zip(specs, records, strict=True)
+        }
+        self.checks = NodeChecks.for_nodes(records)
         kept = {uid: previous.allocations[uid] for uid in self.assumed} if previous else {}
         self.assumed = set()
+        self.foreign = set()
+        self.pending_changes |= self.pending
+        self.pending.clear()
+        self._dirty.clear()
+        # Trusted records first, then our own decisions in flight, then foreign pods: which
+        # pod keeps a contested GPU must not depend on the order records happen to be in.
+        foreign: list[PodRecord] = []
+        for uid in sorted(self.pods):
+            pod = self.pods[uid]
+            if pod.spec.node_name and uid not in kept and not self._hold_trusted(pod):
+                foreign.append(pod)
         for uid, held in kept.items():
             name = previous.node_names[held.node] if previous else ""
             if self.snapshot is not None and name in self.snapshot.node_index:
@@ -182,23 +220,26 @@ class ClusterState:
                     self.assumed.add(uid)
                 except AllocationError as error:
                     self._conflict(uid, str(error))
-        self.pending.clear()
-        self._dirty.clear()
-        for uid in list(self.pods):
+            self._dirty.add(uid)  # the watch may have moved on while we rebuilt
+        for pod in foreign:
+            self._hold_foreign(pod)
+        for uid, pod in self.pods.items():
+            if not pod.spec.node_name:
+                self._reconcile(uid)
+        dirty, self._dirty = self._dirty, set()
+        for uid in dirty:
             self._reconcile(uid)
 
     def _reconcile(self, uid: str) -> None:
         pod = self.pods.get(uid)
         snapshot = self.snapshot
         held = snapshot.allocations.get(uid) if snapshot else None
-        gone = pod is None or pod.finished or pod.metadata.deletion_timestamp is not None
         if uid in self.assumed:
-            if pod is not None and not gone and not pod.spec.node_name:
+            if pod is not None and not pod.spec.node_name:
                 return  # the Binding is in flight
             self.assumed.discard(uid)
             confirmed = (
                 pod is not None
-                and not gone
                 and held is not None
                 and snapshot is not None
                 and snapshot.node_names[held.node] == pod.spec.node_name
@@ -207,47 +248,130 @@ class ClusterState:
                 return  # the watch shows the bind we made
             self._release(uid)
             held = None
-        if gone:
-            self.pending.discard(uid)
+        if pod is None:
+            self._set_pending(uid, False)
+            self.pending_changes.add(uid)  # the queue must let go of it, pending or not
             if held is not None:
                 self._release(uid)
             return
-        assert pod is not None
         if not pod.spec.node_name:
             if held is not None:  # cannot happen for a live pod; be safe
                 self._release(uid)
-            if pod.spec.scheduler_name == self.scheduler_name and not pod.spec.scheduling_gates:
-                self.pending.add(uid)
+            self._set_pending(
+                uid,
+                pod.spec.scheduler_name == self.scheduler_name
+                and not pod.spec.scheduling_gates
+                and pod.metadata.deletion_timestamp is None,
+            )
             return
-        self.pending.discard(uid)
-        if held is None:
-            self._hold_bound(pod)
+        self._set_pending(uid, False)
+        if held is None and not self._hold_trusted(pod):
+            self._hold_foreign(pod)
 
-    def _hold_bound(self, pod: PodRecord) -> None:
+    def _set_pending(self, uid: str, pending: bool) -> None:
+        if pending != (uid in self.pending):
+            if pending:
+                self.pending.add(uid)
+            else:
+                self.pending.discard(uid)
+            self.pending_changes.add(uid)
+
+    # -- holding bound pods ------------------------------------------------------------------
+
+    def _bound_spec(self, pod: PodRecord) -> tuple[PodSpec, int] | None:
+        """The pod's request and its node's row, or None when it is on no node we schedule."""
         snapshot = self.snapshot
-        node = pod.spec.node_name
-        if snapshot is None or node not in snapshot.node_index:
-            return  # a pod on a node we do not schedule onto (or not yet seen)
+        if snapshot is None or pod.spec.node_name not in snapshot.node_index:
+            return None  # a pod on a node we do not schedule onto (or not yet seen)
         try:
             spec = pod_spec(pod)
         except InvalidObjectError as error:
-            log.warning("bound pod %s not accounted: %s", pod.key, error)
-            return
-        row = snapshot.node_index[node]
+            # a request we cannot read: hold what the core can, its CPU and memory at least
+            log.warning("bound pod %s: %s", pod.key, error)
+            spec = PodSpec(name=pod.metadata.uid, cpu_milli=0, memory_mib=0)
+        return spec, snapshot.node_index[pod.spec.node_name]
+
+    def _hold_trusted(self, pod: PodRecord) -> bool:
+        """Hold ``pod`` as its record says if the record can be believed; False otherwise."""
+        snapshot = self.snapshot
+        found = self._bound_spec(pod)
         text = pod.metadata.annotations.get(ANNOTATION_ALLOCATION)
+        if found is None or snapshot is None:
+            return True  # nothing to hold here
+        if pod.spec.scheduler_name != self.scheduler_name:
+            return False
+        spec, row = found
+        if text is None:
+            return self._distrust(pod, "bound without the gpupool scheduler (no allocation)")
         try:
-            if text is not None:
-                record = allocation.decode(text)
-                gpus = tuple(share.index for share in record.gpus)
-            else:
-                gpus = best_fit_gpus(snapshot, spec, row) if spec.gpu_count else ()
-                if len(gpus) < spec.gpu_count:
-                    raise AllocationError(f"no {spec.gpu_count} free GPUs for a foreign pod")
+            record = allocation.decode(text)
+        except allocation.AllocationFormatError as error:
+            return self._distrust(pod, str(error))
+        node = snapshot.nodes[row]
+        found_problems = problems(
+            record, pod, spec, node, self.uuids[node.name], self.scheduler_name, self.signer
+        )
+        if found_problems:
+            return self._distrust(pod, "; ".join(found_problems))
+        gpus = tuple(share.index for share in record.gpus)
+        try:
             snapshot.bind(spec, row, gpus)
-        except (AllocationError, allocation.AllocationFormatError) as error:
-            self._conflict(pod.metadata.uid, f"{pod.key}: {error}")
+        except AllocationError:
+            displaced = sorted(uid for uid in snapshot.pods_on_node[row] if uid in self.foreign)
+            for uid in displaced:
+                self._release(uid)
+                self.foreign.discard(uid)
+            try:
+                snapshot.bind(spec, row, gpus)
+            except AllocationError as error:  # two trusted records on one GPU: should not be
+                self._conflict(pod.metadata.uid, f"{pod.key}: {error}")
+                return self._restore(displaced, result=False)
+            self._restore(displaced, result=True)
+        return True
+
+    def _restore(self, displaced: list[str], *, result: bool) -> bool:
+        for uid in displaced:
+            if uid in self.pods:
+                self._hold_foreign(self.pods[uid])
+        return result
+
+    def _distrust(self, pod: PodRecord, why: str) -> bool:
+        message = f"allocation not trusted, held as a foreign pod: gpupool.io/allocation: {why}"
+        uid = pod.metadata.uid
+        if self._warned.get(uid) != message:
+            self._warned[uid] = message
+            self.stats.untrusted += 1
+            log.warning("%s: %s", pod.key, message)
+            self.warn(pod, "AllocationNotTrusted", message)
+        return False
+
+    def _hold_foreign(self, pod: PodRecord) -> None:
+        """Hold what a pod bound without a trusted record most likely uses: never nothing."""
+        snapshot = self.snapshot
+        found = self._bound_spec(pod)
+        if found is None or snapshot is None:
+            return
+        spec, row = found
+        eligible = int(eligible_gpus(snapshot, spec, row).sum()) if spec.gpu_count else 0
+        if eligible >= spec.gpu_count:
+            try:
+                snapshot.bind(spec, row, best_fit_gpus(snapshot, spec, row))
+                self.foreign.add(spec.name)
+                return
+            except AllocationError:
+                pass
+        # The node cannot hold all of it: hold as much as is left, and say so.
+        partial = _clamped(snapshot, spec, row, min(eligible, spec.gpu_count))
+        try:
+            snapshot.bind(partial, row, best_fit_gpus(snapshot, partial, row))
+            self.foreign.add(spec.name)
+        except AllocationError as error:
+            self._conflict(spec.name, f"{pod.key}: {error}")
+            return
+        self._conflict(spec.name, f"{pod.key}: held only in part on {pod.spec.node_name}")
 
     def _release(self, uid: str) -> None:
+        self.foreign.discard(uid)
         if self.snapshot is not None and uid in self.snapshot.allocations:
             self.snapshot.release(uid)
             self.capacity_epoch += 1
@@ -258,18 +382,12 @@ class ClusterState:
 
     # -- decisions ---------------------------------------------------------------------------
 
-    def restart(self) -> None:
-        """Forget assumptions and rebuild everything from the records (a new term as leader)."""
-        self.assumed.clear()
-        self.snapshot = None
-        self._nodes_changed = True
-
     def assume(self, decision: Bind) -> None:
         """Hold a decision's resources until the bind is confirmed or fails."""
         assert self.snapshot is not None
         self.snapshot.bind(decision.pod, decision.node, decision.gpus)
         self.assumed.add(decision.pod.name)
-        self.pending.discard(decision.pod.name)
+        self._set_pending(decision.pod.name, False)
 
     def forget(self, uid: str) -> None:
         """Drop an assumption whose bind failed; the pod is re-derived from its record."""
@@ -278,78 +396,9 @@ class ClusterState:
             self._release(uid)
         self._dirty.add(uid)
 
-    def pending_in_order(self) -> list[PodRecord]:
-        """Pending pods, highest priority first, then oldest first."""
-        pods = [self.pods[uid] for uid in self.pending if uid in self.pods]
-        pods.sort(
-            key=lambda p: (
-                -p.spec.priority,
-                p.metadata.creation_timestamp or "",
-                p.metadata.namespace,
-                p.metadata.name,
-            )
-        )
-        return pods
-
     def node_checks(self, pod: PodRecord) -> tuple[NodeCheck, ...]:
-        """Per-node masks for what the resource model does not hold.
-
-        Readiness, cordons, taints (NoSchedule and NoExecute) and the node selector.
-        """
-        checks = list(self._node_masks.items())
-        taints = self._toleration_mask(pod.spec.tolerations)
-        if taints is not None:
-            checks.append((REASON_TAINTS, taints))
-        selector = self._selector_mask(pod)
-        if selector is not None:
-            checks.append((REASON_SELECTOR, selector))
-        return tuple(checks)
-
-    def _toleration_mask(self, tolerations: list[Toleration]) -> BoolArray | None:
-        snapshot = self.snapshot
-        assert snapshot is not None
-        key = tuple(tolerations)
-        mask = self._toleration_masks.get(key)
-        if mask is None:
-            mask = np.array(
-                [
-                    all(
-                        _tolerates(tolerations, t.key, t.value, t.effect)
-                        for t in self.nodes[name].spec.taints
-                        if t.effect in _BLOCKING_EFFECTS
-                    )
-                    for name in snapshot.node_names
-                ]
-            )
-            self._toleration_masks[key] = mask
-        return None if mask.all() else mask
-
-    def _selector_mask(self, pod: PodRecord) -> BoolArray | None:
-        """Nodes matching the pod's node selector and required node affinity (None: all)."""
-        selector = pod.spec.node_selector
-        affinity = pod.spec.affinity.node_affinity
-        required = (
-            affinity.required_during_scheduling_ignored_during_execution if affinity else None
-        )
-        if not selector and required is None:
-            return None
-        snapshot = self.snapshot
-        assert snapshot is not None
-        key = (frozenset(selector.items()), required)
-        mask = self._selector_masks.get(key)
-        if mask is None:
-            mask = np.array(
-                [
-                    all(self.nodes[name].metadata.labels.get(k) == v for k, v in selector.items())
-                    and (
-                        required is None
-                        or node_matches(required, self.nodes[name].metadata.labels, name)
-                    )
-                    for name in snapshot.node_names
-                ]
-            )
-            self._selector_masks[key] = mask
-        return mask
+        """Per-node masks for what the resource model does not hold (see NodeChecks)."""
+        return self.checks.for_pod(pod)
 
     def spec_of(self, pod: PodRecord) -> PodSpec:
         """The core's view of a pending pod (raises :class:`InvalidObjectError`).
@@ -363,3 +412,22 @@ class ClusterState:
         spec = pod_spec(pod)
         self._specs[uid] = (version, spec)
         return spec
+
+
+def _clamped(snapshot: ClusterSnapshot, spec: PodSpec, row: int, gpus: int) -> PodSpec:
+    """``spec`` cut down to what ``row`` has left: CPU, memory, ``gpus`` GPUs, a MIG slice."""
+    mig = spec.mig_profile
+    if mig and not (
+        mig in snapshot.mig_profiles
+        and snapshot.mig_free[row, snapshot.mig_profiles.index(mig)] >= 1
+    ):
+        mig = ""
+    return PodSpec(
+        name=spec.name,
+        cpu_milli=min(spec.cpu_milli, int(snapshot.cpu_free[row])),
+        memory_mib=min(spec.memory_mib, int(snapshot.memory_free[row])),
+        gpu_count=gpus,
+        gpu_milli=spec.gpu_milli if gpus else 0,
+        gpu_memory_mib=spec.gpu_memory_mib if gpus else 0,
+        mig_profile=mig,
+    )

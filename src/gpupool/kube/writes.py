@@ -17,6 +17,7 @@ import datetime as dt
 import enum
 import logging
 import time
+from dataclasses import dataclass
 
 from gpupool.kube.api import JSON, STRATEGIC_PATCH, ApiError, JsonObject, KubeAPI
 from gpupool.kube.records import PodRecord
@@ -36,8 +37,51 @@ class BindOutcome(enum.Enum):
     """409: the pod is already bound (or its uid changed)."""
     GONE = "gone"
     """404: the pod no longer exists."""
+    REFUSED = "refused"
+    """The API server refused the Binding (403, 422, an admission denial, 429): not bound."""
     UNKNOWN = "unknown"
     """The request failed in a way that does not say whether the bind happened."""
+
+
+@dataclass(frozen=True, slots=True)
+class BindResult:
+    """The outcome of one Binding request.
+
+    Attributes:
+        outcome: What it established.
+        reason: A bounded category for metrics: ``bound``, ``conflict``, ``gone``,
+            ``forbidden``, ``invalid``, ``admission``, ``throttled``, ``server``,
+            ``transport``.
+        message: The API server's message (empty when bound).
+    """
+
+    outcome: BindOutcome
+    reason: str = "bound"
+    message: str = ""
+
+
+def classify(error: ApiError) -> BindResult:
+    """What an error answer to a Binding means.
+
+    409 and 404 say what happened. A 5xx does not say whether the write was applied, so the
+    outcome is unknown and the caller must look. Every other 4xx is a refusal: nothing was
+    written, the pod stays pending with the server's message as its reason, and it is retried
+    only after a backoff (an admission policy that refuses now will refuse the next try too).
+    """
+    message = error.message or str(error)
+    if error.status == 409:
+        return BindResult(BindOutcome.CONFLICT, "conflict", message)
+    if error.status == 404:
+        return BindResult(BindOutcome.GONE, "gone", message)
+    if error.status >= 500:
+        return BindResult(BindOutcome.UNKNOWN, "server", message)
+    if "admission" in message.lower() or "denied" in message.lower():
+        return BindResult(BindOutcome.REFUSED, "admission", message)
+    if error.status == 403:
+        return BindResult(BindOutcome.REFUSED, "forbidden", message)
+    if error.status == 429:
+        return BindResult(BindOutcome.REFUSED, "throttled", message)
+    return BindResult(BindOutcome.REFUSED, "invalid", message)
 
 
 def now_rfc3339(micro: bool = False) -> str:
@@ -48,7 +92,7 @@ def now_rfc3339(micro: bool = False) -> str:
     return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def bind(api: KubeAPI, pod: PodRecord, node: str, annotations: dict[str, str]) -> BindOutcome:
+async def bind(api: KubeAPI, pod: PodRecord, node: str, annotations: dict[str, str]) -> BindResult:
     """Bind ``pod`` to ``node`` and stamp ``annotations`` on it in the same call."""
     meta = pod.metadata
     body = {
@@ -67,16 +111,14 @@ async def bind(api: KubeAPI, pod: PodRecord, node: str, annotations: dict[str, s
             "POST", f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/binding", body=body
         )
     except ApiError as error:
-        if error.status == 409:
-            return BindOutcome.CONFLICT
-        if error.status == 404:
-            return BindOutcome.GONE
-        log.warning("bind %s -> %s: %s", pod.key, node, error)
-        return BindOutcome.UNKNOWN
+        result = classify(error)
+        if result.outcome is not BindOutcome.CONFLICT:
+            log.warning("bind %s -> %s: %s", pod.key, node, error)
+        return result
     except Exception as error:  # a transport error leaves the outcome unknown
         log.warning("bind %s -> %s: %s", pod.key, node, error)
-        return BindOutcome.UNKNOWN
-    return BindOutcome.BOUND
+        return BindResult(BindOutcome.UNKNOWN, "transport", str(error))
+    return BindResult(BindOutcome.BOUND)
 
 
 def _unschedulable_patch(message: str) -> JsonObject:

@@ -19,6 +19,15 @@ from gpupool.scheduling.workload import DEFAULT_COVERAGE, ShapeKey, TargetWorklo
 
 WEIGHT_RESOLUTION = 1000.0
 """The heaviest shape gets about this integer weight when a workload is built."""
+FORGET_BELOW = 1e-6
+"""A shape whose decayed weight falls below this share of a new arrival's is forgotten."""
+MAX_SHAPES = 4096
+"""Most distinct shapes kept; beyond it the lightest are forgotten first.
+
+Without a bound, a long-running scheduler that sees ever new request shapes (every notebook
+asking for a slightly different memory size) would keep every shape it ever saw: the decay makes
+old shapes irrelevant to the decision, but not to memory.
+"""
 
 
 class OnlineWorkload:
@@ -61,6 +70,18 @@ class OnlineWorkload:
         if self._boost > 1e100:  # renormalise long before floats overflow
             self._counts = defaultdict(float, {k: v / self._boost for k, v in self._counts.items()})
             self._boost = 1.0
+        if len(self._counts) > MAX_SHAPES:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Forget shapes that no longer count, and the lightest beyond :data:`MAX_SHAPES`."""
+        floor = self._boost * FORGET_BELOW
+        kept = sorted(
+            ((v, k) for k, v in self._counts.items() if v >= floor),
+            key=lambda item: item[0],
+            reverse=True,
+        )[: MAX_SHAPES // 2]
+        self._counts = defaultdict(float, {k: v for v, k in kept})
 
     def shares(self) -> dict[ShapeKey, float]:
         """Current decayed share of each shape (sums to 1)."""

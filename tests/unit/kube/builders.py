@@ -14,11 +14,14 @@ from gpupool.core.decisions import Bind
 from gpupool.core.model import PodSpec
 from gpupool.kube import allocation
 from gpupool.kube.records import NodeRecord, PodRecord
+from gpupool.kube.signing import RecordSigner
 from gpupool.kube.state import ClusterState
 
 Json = dict[str, Any]
 
 HEARTBEAT = "2025-01-01T00:00:00Z"
+SIGNER = RecordSigner(b"test-signing-key-0123456789abcdef")
+"""The scheduler's key in unit tests: records signed with it are the scheduler's own."""
 
 
 def node_dict(
@@ -187,27 +190,55 @@ def bind_decision(spec: PodSpec, node_row: int, node_name: str, gpus: tuple[int,
     )
 
 
-def allocation_annotation(decision: Bind) -> dict[str, str]:
-    """The ``gpupool.io/allocation`` annotation the Binding stamps for ``decision``."""
+def allocation_annotation(decision: Bind, uid: str | None = None) -> dict[str, str]:
+    """The signed ``gpupool.io/allocation`` annotation the Binding stamps for ``decision``.
+
+    ``uid`` is the pod's uid (default: the core's pod name, which the scheduler sets to it).
+    """
     record = allocation.from_decision(
-        decision, uuids=(), scheduler="gpupool-0", time="2025-01-01T00:00:01Z"
+        decision,
+        uuids=tuple(f"GPU-{decision.node_name}-{i}" for i in range(8)),
+        scheduler="gpupool-0",
+        time="2025-01-01T00:00:01Z",
     )
+    record = SIGNER.sign(record, uid or decision.pod.name)
     return {"gpupool.io/allocation": allocation.encode(record)}
 
 
-def annotated(node_name: str, gpus: tuple[int, ...], kind: str = "whole") -> dict[str, str]:
-    """An allocation annotation written by hand (for pods bound before this scheduler started)."""
+def annotated(
+    node_name: str,
+    gpus: tuple[int, ...],
+    kind: str = "whole",
+    *,
+    uid: str,
+    milli: int = 1000,
+    memory_mib: int = 0,
+    signer: RecordSigner | None = SIGNER,
+) -> dict[str, str]:
+    """An allocation annotation for a pod bound before this scheduler started.
+
+    Signed with the test key unless ``signer`` is None (a hand-written, untrusted record).
+    """
     record = allocation.AllocationRecord(
         node=node_name,
         kind=kind,
-        gpus=tuple(allocation.GpuShare(index=i) for i in gpus),
+        gpus=tuple(
+            allocation.GpuShare(
+                index=i, uuid=f"GPU-{node_name}-{i}", milli=milli, memory_mib=memory_mib
+            )
+            for i in gpus
+        ),
         scheduler="gpupool-0",
     )
+    if signer is not None:
+        record = signer.sign(record, uid)
     return {"gpupool.io/allocation": allocation.encode(record)}
 
 
 def make_state(*nodes: NodeRecord, pods: tuple[PodRecord, ...] = ()) -> ClusterState:
-    state = ClusterState("gpupool")
+    """A leading replica's state (signing with the test key) after these events."""
+    state = ClusterState("gpupool", signer=SIGNER)
+    state.restart()
     for node_record in nodes:
         state.on_node("ADDED", node_record)
     for pod_record in pods:

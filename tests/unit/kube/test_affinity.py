@@ -6,8 +6,8 @@ import msgspec
 import pytest
 
 from gpupool.kube.affinity import node_matches
+from gpupool.kube.node_checks import REASON_SELECTOR
 from gpupool.kube.records import NodeSelector
-from gpupool.kube.state import REASON_SELECTOR
 
 from .builders import decode_pod, make_state, masks, node, pod_dict
 

@@ -2,20 +2,26 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpupool.core.snapshot import ClusterSnapshot
-from gpupool.kube.records import PodRecord
-from gpupool.kube.state import (
+from gpupool.kube import allocation
+from gpupool.kube.live import _pod_order
+from gpupool.kube.node_checks import (
     REASON_NOT_READY,
     REASON_SELECTOR,
     REASON_TAINTS,
     REASON_UNSCHEDULABLE,
-    ClusterState,
 )
+from gpupool.kube.records import PodRecord
+from gpupool.kube.state import ClusterState
 
 from .builders import (
+    SIGNER,
     Json,
     allocation_annotation,
     annotated,
@@ -51,9 +57,26 @@ def cpu_free(state: ClusterState, node_name: str) -> int:
 
 
 def bound(name: str, node_name: str, held: tuple[int, ...], **fields: Any) -> PodRecord:
-    """One of gpupool's pods, bound with an allocation annotation giving it ``held``."""
-    kind = "share" if fields.get("cores") or fields.get("gpu_memory") else "whole"
-    return pod(name, node=node_name, annotations=annotated(node_name, held, kind), **fields)
+    """One of gpupool's pods, bound by the scheduler with a signed record giving it ``held``."""
+    return pod(
+        name, node=node_name, annotations=record_for(name, node_name, held, fields), **fields
+    )
+
+
+def record_for(
+    name: str, node_name: str, held: tuple[int, ...], fields: dict[str, Any], **extra: Any
+) -> dict[str, str]:
+    """The record the scheduler would have written for a pod with ``fields``."""
+    cores, memory = int(fields.get("cores", 0)), int(fields.get("gpu_memory", 0))
+    if fields.get("mig"):
+        kind, milli = "mig", 0
+    elif cores or memory:
+        kind, milli = "share", cores * 10
+    else:
+        kind, milli = "whole", 1000
+    return annotated(
+        node_name, held, kind, uid=f"uid-{name}", milli=milli, memory_mib=memory, **extra
+    )
 
 
 def modified(obj: Json, **changes: Any) -> PodRecord:
@@ -81,7 +104,9 @@ def modified(obj: Json, **changes: Any) -> PodRecord:
         pytest.param({"deleted": True}, False, id="being-deleted"),
         pytest.param({"phase": "Succeeded"}, False, id="succeeded"),
         pytest.param({"phase": "Failed"}, False, id="failed"),
-        pytest.param({"node": "n0", "annotations": annotated("n0", (0,))}, False, id="bound"),
+        pytest.param(
+            {"node": "n0", "annotations": annotated("n0", (0,), uid="uid-p")}, False, id="bound"
+        ),
         pytest.param({"gpus": 0}, True, id="ours-cpu-only"),
     ],
 )
@@ -129,7 +154,7 @@ def test_pending_pod_that_goes_away_leaves_pending(how: str) -> None:
     assert state.pending == set()
 
 
-def test_pending_in_order_priority_then_age() -> None:
+def test_pod_order_priority_then_age() -> None:
     pods = (
         pod("old-low", priority=0, created="2025-01-01T00:00:00Z"),
         pod("new-high", priority=100, created="2025-01-03T00:00:00Z"),
@@ -139,9 +164,28 @@ def test_pending_in_order_priority_then_age() -> None:
         pod("b-tie", priority=0, created="2025-01-01T00:00:00Z"),
         pod("a-tie", priority=0, created="2025-01-01T00:00:00Z", namespace="zz"),
     )
-    state = make_state(node("n0"), pods=pods)
-    names = [p.metadata.name for p in state.pending_in_order()]
+    names = [p.metadata.name for p in sorted(pods, key=_pod_order)]
     assert names == ["old-high", "new-high", "b-tie", "old-low", "a-tie", "new-low", "negative"]
+
+
+def test_standby_keeps_records_but_no_snapshot_or_changes() -> None:
+    state = ClusterState("gpupool", signer=SIGNER)
+    state.on_node(ADDED, node("n0"))
+    for i in range(50):
+        state.on_pod(ADDED, pod(f"p{i}", gpus=1))
+        state.on_pod(DELETED, pod(f"p{i}", gpus=1))
+    state.on_pod(ADDED, pod("kept", gpus=1))
+    state.sync()
+    assert state.snapshot is None
+    assert state.pending == set()
+    assert set(state.pods) == {"uid-kept"}
+    assert not state._dirty
+    state.restart()
+    state.sync()
+    assert state.pending == {"uid-kept"}
+    state.deactivate()
+    assert state.snapshot is None
+    assert state.pending == set()
 
 
 # -- holdings of bound pods --------------------------------------------------------------------
@@ -218,17 +262,14 @@ def test_pod_bound_to_an_unknown_node_is_held_once_the_node_arrives() -> None:
     assert gpu_free(state, "n1")[0] == 0
 
 
-@pytest.mark.parametrize("how", ["Succeeded", "Failed", "DELETED", "deletionTimestamp"])
+@pytest.mark.parametrize("how", ["Succeeded", "Failed", "DELETED"])
 def test_finished_or_deleted_pod_releases_and_bumps_the_epoch(how: str) -> None:
-    obj = pod_dict("p", node="n0", gpus=2, annotations=annotated("n0", (0, 1)))
+    obj = pod_dict("p", node="n0", gpus=2, annotations=record_for("p", "n0", (0, 1), {}))
     state = make_state(node("n0", gpus=4), pods=(decode_pod(obj),))
     assert gpu_free(state, "n0") == [0, 0, 1000, 1000]
     epoch, rebuilds = state.capacity_epoch, state.stats.rebuilds
     if how == "DELETED":
         state.on_pod(DELETED, decode_pod(obj))
-    elif how == "deletionTimestamp":
-        obj["metadata"]["deletionTimestamp"] = "2025-01-01T01:00:00Z"
-        state.on_pod(MODIFIED, modified(obj))
     else:
         state.on_pod(MODIFIED, modified(obj, phase=how))
     state.sync()
@@ -240,8 +281,34 @@ def test_finished_or_deleted_pod_releases_and_bumps_the_epoch(how: str) -> None:
     assert state.pending == set()
 
 
+@pytest.mark.parametrize("trusted", [True, False], ids=["trusted", "foreign"])
+def test_terminating_pod_holds_its_gpus_until_gone(trusted: bool) -> None:
+    annotations = record_for("p", "n0", (0, 1), {}) if trusted else {}
+    scheduler = "gpupool" if trusted else "default-scheduler"
+    obj = pod_dict("p", node="n0", gpus=2, annotations=annotations, scheduler=scheduler)
+    state = make_state(node("n0", gpus=4), pods=(decode_pod(obj),))
+    epoch = state.capacity_epoch
+    obj["metadata"]["deletionTimestamp"] = "2025-01-01T01:00:00Z"
+    state.on_pod(MODIFIED, modified(obj))  # a finalizer or the grace period keeps it running
+    state.sync()
+    assert gpu_free(state, "n0") == [0, 0, 1000, 1000]
+    assert state.capacity_epoch == epoch
+    state.on_pod(DELETED, modified(obj))
+    state.sync()
+    assert gpu_free(state, "n0") == [1000] * 4
+    assert state.capacity_epoch == epoch + 1
+
+
+def test_terminating_pod_survives_a_rebuild() -> None:
+    obj = pod_dict(
+        "p", node="n0", gpus=1, deleted=True, annotations=record_for("p", "n0", (2,), {})
+    )
+    state = make_state(node("n0", gpus=4), pods=(decode_pod(obj),))
+    assert gpu_free(state, "n0") == [1000, 1000, 0, 1000]
+
+
 def test_bound_pod_update_does_not_hold_twice() -> None:
-    obj = pod_dict("p", node="n0", gpus=1, annotations=annotated("n0", (0,)))
+    obj = pod_dict("p", node="n0", gpus=1, annotations=record_for("p", "n0", (0,), {}))
     state = make_state(node("n0"), pods=(decode_pod(obj),))
     epoch = state.capacity_epoch
     for _ in range(3):
@@ -255,41 +322,115 @@ def test_bound_pod_update_does_not_hold_twice() -> None:
 # -- conflicts ---------------------------------------------------------------------------------
 
 
-def test_two_pods_claiming_one_whole_gpu_is_one_conflict() -> None:
+def test_two_trusted_records_on_one_gpu_is_one_conflict_and_the_loser_is_held_foreign() -> None:
     state = make_state(
         node("n0", gpus=2),
-        pods=(bound("a", "n0", (0,), gpus=1), bound("b", "n0", (0,), gpus=1)),
+        pods=(bound("b", "n0", (0,), gpus=1), bound("a", "n0", (0,), gpus=1)),
     )
     snapshot = snap(state)
     assert state.stats.conflicts == 1
-    assert snapshot.used_gpu_milli == 1000
-    assert gpu_free(state, "n0") == [0, 1000]
-    assert len({"uid-a", "uid-b"} & set(snapshot.allocations)) == 1
+    assert snapshot.allocations["uid-a"].gpus == (0,)  # the same winner whatever the order
+    assert snapshot.allocations["uid-b"].gpus == (1,)  # held, as a foreign pod
+    assert gpu_free(state, "n0") == [0, 0]
 
 
-def test_conflict_arriving_later_does_not_take_the_gpu() -> None:
-    state = make_state(node("n0", gpus=2), pods=(bound("a", "n0", (0,), gpus=1),))
-    state.on_pod(ADDED, bound("b", "n0", (0,), gpus=1))
+def test_trusted_record_arriving_later_displaces_a_foreign_holding() -> None:
+    forged = pod(
+        "forged", node="n0", gpus=1, annotations=record_for("forged", "n0", (0,), {}, signer=None)
+    )
+    state = make_state(node("n0", gpus=2), pods=(forged,))
+    assert snap(state).allocations["uid-forged"].gpus == (0,)  # best fit, as a foreign pod
+    state.on_pod(ADDED, bound("real", "n0", (0,), gpus=1))
     state.sync()
-    assert state.stats.conflicts == 1
-    assert set(snap(state).allocations) == {"uid-a"}
-    assert snap(state).used_gpu_milli == 1000
+    snapshot = snap(state)
+    assert snapshot.allocations["uid-real"].gpus == (0,)
+    assert snapshot.allocations["uid-forged"].gpus == (1,)
+    assert state.stats.conflicts == 0
+    assert state.foreign == {"uid-forged"}
 
 
-@pytest.mark.parametrize(
-    "annotation",
-    [
-        pytest.param("not json", id="not-json"),
-        pytest.param('{"kind": "whole"}', id="missing-node"),
-        pytest.param(annotated("n0", (7,))["gpupool.io/allocation"], id="no-such-gpu"),
-        pytest.param(annotated("n0", (0, 1))["gpupool.io/allocation"], id="wrong-count"),
-    ],
-)
-def test_unreadable_allocation_is_a_conflict(annotation: str) -> None:
-    bad = pod("p", node="n0", gpus=1, annotations={"gpupool.io/allocation": annotation})
-    state = make_state(node("n0", gpus=4), pods=(bad,))
+def test_foreign_pod_on_a_full_node_holds_what_is_left_never_nothing() -> None:
+    state = make_state(
+        node("n0", gpus=2, cpu="4"),
+        pods=(
+            bound("real", "n0", (0, 1), gpus=2, cpu="3"),
+            pod("f", scheduler="default-scheduler", node="n0", gpus=1, cpu="2"),
+        ),
+    )
+    held = snap(state).allocations["uid-f"]
+    assert held.pod.cpu_milli == 1000  # what the node had left
+    assert held.gpus == ()
     assert state.stats.conflicts == 1
-    assert snap(state).allocations == {}
+
+
+def forged_records(uid: str) -> list[tuple[str, str]]:
+    good = record_for("p", "n0", (1,), {"cores": 30, "gpu_memory": 5000})["gpupool.io/allocation"]
+    unsigned = record_for("p", "n0", (1,), {"cores": 30, "gpu_memory": 5000}, signer=None)
+    other_pod = record_for("q", "n0", (1,), {"cores": 30, "gpu_memory": 5000})
+    record = allocation.decode(good)
+
+    def edited(**changes: Any) -> str:
+        return allocation.encode(msgspec.structs.replace(record, **changes))
+
+    def share(**changes: Any) -> str:
+        gpu = msgspec.structs.replace(record.gpus[0], **changes)
+        return edited(gpus=(gpu,))
+
+    return [
+        ("not-json", "not json"),
+        ("missing-node", '{"kind": "share"}'),
+        ("unsigned", unsigned["gpupool.io/allocation"]),
+        ("copied-from-another-pod", other_pod["gpupool.io/allocation"]),
+        ("other-node", edited(node="n1")),
+        ("kind", edited(kind="whole")),
+        ("gpu-count", edited(gpus=(record.gpus[0], record.gpus[0]))),
+        ("no-such-gpu", share(index=7)),
+        ("uuid", share(uuid="GPU-elsewhere")),
+        ("milli", share(milli=100)),
+        ("memory", share(memory_mib=1)),
+        ("mig", edited(mig_profile="1g.10gb")),
+    ]
+
+
+@pytest.mark.parametrize(("case", "text"), forged_records("uid-p"), ids=lambda v: str(v)[:20])
+def test_untrusted_record_is_held_as_a_foreign_pod_with_a_warning(case: str, text: str) -> None:
+    warnings: list[tuple[str, str]] = []
+    bad = pod(
+        "p",
+        node="n0",
+        gpus=1,
+        cores=30,
+        gpu_memory=5000,
+        cpu="2",
+        annotations={"gpupool.io/allocation": text},
+    )
+    state = ClusterState("gpupool", signer=SIGNER, warn=lambda p, r, m: warnings.append((r, m)))
+    state.restart()
+    state.on_node(ADDED, node("n0", gpus=4))
+    state.on_pod(ADDED, bad)
+    state.sync()
+    held = snap(state).allocations["uid-p"]
+    assert held.pod.gpu_milli == 300  # its request, best fit
+    assert held.pod.cpu_milli == 2000
+    assert state.foreign == {"uid-p"}
+    assert state.stats.untrusted == 1
+    assert [r for r, _ in warnings] == ["AllocationNotTrusted"]
+    assert "gpupool.io/allocation" in warnings[0][1]
+
+
+def test_valid_signed_record_is_trusted() -> None:
+    text = record_for("p", "n0", (1,), {"cores": 30, "gpu_memory": 5000})
+    good = pod("p", node="n0", gpus=1, cores=30, gpu_memory=5000, annotations=text)
+    state = make_state(node("n0", gpus=4), pods=(good,))
+    assert snap(state).allocations["uid-p"].gpus == (1,)
+    assert state.foreign == set()
+    assert state.stats.untrusted == 0
+
+
+def test_pod_of_this_scheduler_bound_without_a_record_is_foreign() -> None:
+    state = make_state(node("n0", gpus=4), pods=(pod("p", node="n0", gpus=1),))
+    assert state.foreign == {"uid-p"}
+    assert state.stats.untrusted == 1
 
 
 # -- assumptions -------------------------------------------------------------------------------
@@ -339,7 +480,8 @@ def test_bind_event_confirms_the_assumption_without_double_counting() -> None:
 
 def test_bind_event_to_another_node_moves_the_holding() -> None:
     state, obj, _ = assumed_state()
-    state.on_pod(MODIFIED, modified(obj, nodeName="n0", annotations=annotated("n0", (1,))))
+    record = record_for("p", "n0", (1,), {"cores": 40, "gpu_memory": 8000})
+    state.on_pod(MODIFIED, modified(obj, nodeName="n0", annotations=record))
     state.sync()
     assert state.assumed == set()
     assert gpu_free(state, "n1") == [1000] * 4
@@ -585,4 +727,40 @@ def test_gpu_free_never_negative_after_full_node() -> None:
     pods = tuple(bound(f"p{i}", "n0", (i,), gpus=1) for i in range(4))
     state = make_state(node("n0", gpus=4), pods=(*pods, bound("x", "n0", (3,), gpus=1)))
     assert bool(np.all(snap(state).gpu_free >= 0))
-    assert state.stats.conflicts == 1
+    assert state.stats.conflicts >= 1  # the record conflicts, and x is held only in part
+    assert snap(state).allocations["uid-x"].gpus == ()
+    assert snap(state).allocations["uid-p3"].gpus == (3,)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    trusted=st.lists(st.integers(0, 3), unique=True, max_size=4),
+    forged=st.lists(st.tuples(st.integers(0, 5), st.booleans()), max_size=6),
+    order=st.randoms(use_true_random=False),
+)
+def test_trusted_records_win_whatever_the_order_of_events(
+    trusted: list[int], forged: list[tuple[int, bool]], order: Any
+) -> None:
+    """Forged records naming other pods' GPUs never take them, in any event order."""
+    pods = [bound(f"t{gpu}", "n0", (gpu,), gpus=1) for gpu in trusted]
+    for i, (gpu, signed_for_other) in enumerate(forged):
+        name = f"f{i}"
+        if signed_for_other and trusted:  # a real record, copied from another pod
+            text = record_for(f"t{trusted[0]}", "n0", (trusted[0],), {})
+        else:
+            text = record_for(name, "n0", (gpu,), {}, signer=None)
+        pods.append(pod(name, node="n0", gpus=1, annotations=text))
+    shuffled = list(pods)
+    order.shuffle(shuffled)
+    incremental = make_state(node("n0", gpus=4))
+    for record in shuffled:
+        incremental.on_pod(ADDED, record)
+        incremental.sync()
+    for state in (incremental, make_state(node("n0", gpus=4), pods=tuple(pods))):
+        snapshot = snap(state)
+        assert bool(np.all(snapshot.gpu_free >= 0))
+        for gpu in trusted:
+            assert snapshot.allocations[f"uid-t{gpu}"].gpus == (gpu,)
+        assert state.foreign == {f"uid-f{i}" for i in range(len(forged))}
+        held_gpus = sum(len(a.gpus) for a in snapshot.allocations.values())
+        assert held_gpus == min(4, len(pods))  # every pod held, none twice, never nothing

@@ -19,6 +19,7 @@ from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.kube.state import ClusterState
 
 from .builders import (
+    SIGNER,
     Json,
     allocation_annotation,
     annotated,
@@ -47,7 +48,8 @@ class World:
     """The API server's objects, and the events an informer delivers to a ClusterState."""
 
     def __init__(self) -> None:
-        self.state = ClusterState("gpupool")
+        self.state = ClusterState("gpupool", signer=SIGNER)
+        self.state.restart()
         self.nodes: dict[str, Json] = {}
         self.pods: dict[str, Json] = {}
         self.used: set[int] = set()
@@ -114,16 +116,29 @@ class World:
                 made = self.decisions[uid]
                 obj["spec"]["nodeName"] = made.node_name
                 obj["metadata"]["annotations"].update(allocation_annotation(made))
-            else:
+            else:  # bound by a scheduler replica that has since gone, or forged
                 obj["spec"]["nodeName"] = name
-                obj["metadata"]["annotations"].update(annotated(name, (gpu,), "share"))
+                cores = int(
+                    obj["spec"]["containers"][0]["resources"]["limits"]["gpupool.io/gpu-cores"]
+                )
+                record = annotated(
+                    name,
+                    (gpu,),
+                    "share",
+                    uid=uid,
+                    milli=cores * 10,
+                    memory_mib=1000,
+                    signer=SIGNER if index % 2 else None,
+                )
+                event("bound with a trusted record" if index % 2 else "bound with a forged record")
+                obj["metadata"]["annotations"].update(record)
             self.put_pod(obj)
         elif op == "forget" and (uid := self.pick(self.assumed, index)) is not None:
             self.assumed.discard(uid)
             state.forget(uid)
-        elif op in ("finish", "delete", "touch") and (uid := self.pick(live, index)):
+        elif op in ("finish", "delete", "touch", "terminate") and (uid := self.pick(live, index)):
             obj = self.pods[uid]
-            if op != "touch":
+            if op in ("finish", "delete"):
                 self.assumed.discard(uid)
             if op == "finish":
                 obj["status"]["phase"] = "Succeeded" if gpu % 2 else "Failed"
@@ -131,6 +146,9 @@ class World:
             elif op == "delete":
                 del self.pods[uid]
                 state.on_pod("DELETED", decode_pod(obj))
+            elif op == "terminate":  # a finalizer keeps it; it still runs
+                obj["metadata"]["deletionTimestamp"] = "2025-01-01T01:00:00Z"
+                self.put_pod(obj)
             else:
                 obj["metadata"]["labels"]["touched"] = str(self.version)
                 self.put_pod(obj)
@@ -149,7 +167,8 @@ class World:
         state.sync()
 
     def from_scratch(self) -> ClusterState:
-        fresh = ClusterState("gpupool")
+        fresh = ClusterState("gpupool", signer=SIGNER)
+        fresh.restart()
         for obj in self.nodes.values():
             fresh.on_node("ADDED", decode_node(obj))
         for obj in self.pods.values():
@@ -193,9 +212,9 @@ def check_same(world: World, fresh: ClusterState) -> None:
     assert set(ours.allocations) == set(theirs.allocations)
     for uid, held in ours.allocations.items():
         assert held.node == theirs.allocations[uid].node, uid
-        annotations = world.pods[uid]["metadata"]["annotations"]
-        if uid in state.assumed or "gpupool.io/allocation" in annotations:
+        if uid not in state.foreign:  # trusted records and our own decisions: exactly
             assert held.gpus == theirs.allocations[uid].gpus, uid
+    assert state.foreign == fresh.foreign
     for array in ARRAYS:
         assert np.array_equal(getattr(ours, array), getattr(theirs, array)), array
     # Foreign shares go best-fit, which depends on arrival order: compare per-node totals.
@@ -246,7 +265,7 @@ class ClusterStateEvents(RuleBasedStateMachine):
         self.do("forget", index)
 
     @precondition(lambda self: bool(self.world.pods))
-    @rule(op=st.sampled_from(["finish", "delete", "touch"]), index=INDEX, gpu=GPU)
+    @rule(op=st.sampled_from(["finish", "delete", "touch", "terminate"]), index=INDEX, gpu=GPU)
     def change_pod(self, op: str, index: int, gpu: int) -> None:
         self.do(op, index, gpu=gpu)
 
