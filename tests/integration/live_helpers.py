@@ -129,7 +129,7 @@ class SchedulerProcesses:
     log_dir: Path
     running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start(self, identity: str) -> subprocess.Popen[bytes]:
+    def start(self, identity: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         with (self.log_dir / f"{identity}.log").open("ab") as log:
             process = subprocess.Popen(
                 [
@@ -152,7 +152,7 @@ class SchedulerProcesses:
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             )
         self.running[identity] = process
         return process
