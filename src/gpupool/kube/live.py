@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +28,7 @@ from gpupool.core.framework import Scheduler
 from gpupool.kube import allocation
 from gpupool.kube.api import ApiError, KubeAPI
 from gpupool.kube.informer import DELETED, Informer
+from gpupool.kube.observe import SchedulingMetrics
 from gpupool.kube.records import NodeRecord, PodRecord
 from gpupool.kube.state import ClusterState
 from gpupool.kube.translate import InvalidObjectError
@@ -94,6 +96,7 @@ class LiveScheduler:
     config: LiveConfig
     state: ClusterState = field(init=False)
     stats: LiveStats = field(default_factory=LiveStats)
+    metrics: SchedulingMetrics = field(default_factory=SchedulingMetrics)
 
     def __post_init__(self) -> None:
         self.state = ClusterState(self.config.scheduler_name)
@@ -164,9 +167,11 @@ class LiveScheduler:
             except InvalidObjectError as error:
                 self._pending(pod, f"invalid request: {error}", invalid=True)
                 continue
+            started = time.perf_counter()
             decision = self.scheduler.schedule(
                 state.snapshot, spec, state.node_checks(pod), retry=uid in self._seen
             )
+            self.metrics.latency.observe(time.perf_counter() - started)
             self._seen.add(uid)
             if not isinstance(decision, Bind):
                 self._pending(pod, decision.message)
@@ -180,10 +185,15 @@ class LiveScheduler:
             # the loop may have rebuilt the snapshot while we waited; pick that up
             state.sync()
 
+    def pending_messages(self) -> list[str]:
+        """Why each pending pod waits ("" for one not decided yet), for the metrics."""
+        return [getattr(self._unschedulable.get(uid), "message", "") for uid in self.state.pending]
+
     def _pending(self, pod: PodRecord, message: str, *, invalid: bool = False) -> None:
         uid = pod.metadata.uid
         previous = self._unschedulable.get(uid)
         self._unschedulable[uid] = _Pending(self.state.capacity_epoch, message)
+        self.metrics.attempt("unschedulable")
         if invalid:
             self.stats.invalid_pods += 1
         else:
@@ -205,10 +215,12 @@ class LiveScheduler:
                 pod,
                 decision.node_name,
                 {ANNOTATION_ALLOCATION: allocation.encode(record)},
+                on_error=self.metrics.bind_failed,
             )
             if outcome is BindOutcome.UNKNOWN:
                 self.stats.bind_unknown += 1
                 outcome = await self._find_out(pod)
+            self.metrics.attempt("scheduled" if outcome is BindOutcome.BOUND else "error")
             if outcome is BindOutcome.BOUND:
                 self.stats.binds += 1
                 gpus = ",".join(str(g) for g in decision.gpus) or "none"

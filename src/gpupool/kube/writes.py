@@ -17,6 +17,7 @@ import datetime as dt
 import enum
 import logging
 import time
+from collections.abc import Callable
 
 from gpupool.kube.api import JSON, STRATEGIC_PATCH, ApiError, JsonObject, KubeAPI
 from gpupool.kube.records import PodRecord
@@ -48,8 +49,14 @@ def now_rfc3339(micro: bool = False) -> str:
     return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def bind(api: KubeAPI, pod: PodRecord, node: str, annotations: dict[str, str]) -> BindOutcome:
-    """Bind ``pod`` to ``node`` and stamp ``annotations`` on it in the same call."""
+async def bind(
+    api: KubeAPI,
+    pod: PodRecord,
+    node: str,
+    annotations: dict[str, str],
+    on_error: Callable[[BaseException], None] = lambda error: None,
+) -> BindOutcome:
+    """Bind ``pod`` to ``node`` and stamp ``annotations`` on it; ``on_error`` sees failures."""
     meta = pod.metadata
     body = {
         "apiVersion": "v1",
@@ -67,6 +74,7 @@ async def bind(api: KubeAPI, pod: PodRecord, node: str, annotations: dict[str, s
             "POST", f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/binding", body=body
         )
     except ApiError as error:
+        on_error(error)
         if error.status == 409:
             return BindOutcome.CONFLICT
         if error.status == 404:
@@ -74,6 +82,7 @@ async def bind(api: KubeAPI, pod: PodRecord, node: str, annotations: dict[str, s
         log.warning("bind %s -> %s: %s", pod.key, node, error)
         return BindOutcome.UNKNOWN
     except Exception as error:  # a transport error leaves the outcome unknown
+        on_error(error)
         log.warning("bind %s -> %s: %s", pod.key, node, error)
         return BindOutcome.UNKNOWN
     return BindOutcome.BOUND
