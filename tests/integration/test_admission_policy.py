@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +254,36 @@ async def test_a_listed_identity_may_write_and_the_policy_applies_to_admins_othe
         assert created["metadata"]["annotations"]["gpupool.io/allocation"] == FORGED
     finally:
         await _install(api, namespace, (SCHEDULER,))
+
+
+async def test_install_crds_installs_the_policy_for_the_identities_given(
+    users: dict[str, Path], control_plane: LocalControlPlane, api: KubeAPI
+) -> None:
+    def install(*identities: str) -> subprocess.CompletedProcess[str]:
+        options = [arg for identity in identities for arg in ("--scheduler-identity", identity)]
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpupool",
+                "install-crds",
+                "--kubeconfig",
+                str(control_plane.kubeconfig),
+                *options,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    bad = await asyncio.to_thread(install, 'evil"]) || true || (["')
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("error: --scheduler-identity: "), bad.stderr
+    done = await asyncio.to_thread(install, SCHEDULER, "system:serviceaccount:ops:binder")
+    assert done.returncode == 0, done.stderr
+    assert f"only {SCHEDULER}, system:serviceaccount:ops:binder may write" in done.stdout
+    stored = await api.get(f"{POLICY_PATH}/{POLICY_NAME}")
+    expression = stored["spec"]["matchConditions"][0]["expression"]
+    assert expression == (
+        f'!(request.userInfo.username in ["{SCHEDULER}", "system:serviceaccount:ops:binder"])'
+    )
