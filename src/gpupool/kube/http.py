@@ -101,6 +101,7 @@ class HttpServer:
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self.socket.bind((host, port))
+            self.socket.listen(128)  # the port is ours from here, not from serve()
         except OSError:
             self.socket.close()
             raise
