@@ -138,6 +138,8 @@ async def serve(config: ServiceConfig) -> int:
     finally:
         if http is not None:
             http.stop()  # finishes open requests; a probe during shutdown still gets an answer
+        else:
+            serving.cancel()
         for task in (campaign, informers, stopping):
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
