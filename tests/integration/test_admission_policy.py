@@ -142,6 +142,11 @@ async def test_a_tenant_cannot_create_a_pod_with_an_allocation(
         _denied(empty.value, TENANT)
         created = await tenant.create(path, gpu_pod("honest"))  # the tenant may create pods
         assert "gpupool.io/allocation" not in created["metadata"].get("annotations", {})
+        with pytest.raises(ApiError) as added:  # nor add it afterwards
+            await tenant.patch(
+                f"{path}/honest", {"metadata": {"annotations": {"gpupool.io/allocation": FORGED}}}
+            )
+        _denied(added.value, TENANT)
     finally:
         await tenant.close()
 
