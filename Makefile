@@ -29,9 +29,11 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # The integration tests run a real etcd, kube-apiserver, kwok and kube-scheduler, built from Go
-# modules into a cache outside the repo (about 10 minutes the first time, seconds afterwards).
+# modules into a cache outside the repo (about 10 minutes the first time, seconds afterwards),
+# and check /metrics with promtool (from Debian's prometheus package, extracted into the cache).
 unit: $(STAMP)
-	GPUPOOL_CONTROLPLANE_BIN="$$(scripts/build-control-plane.sh)" $(BIN)/pytest
+	GPUPOOL_CONTROLPLANE_BIN="$$(scripts/build-control-plane.sh)" \
+		GPUPOOL_PROMTOOL="$$(scripts/install-promtool.sh)" $(BIN)/pytest
 
 test: lint unit
 

@@ -124,9 +124,11 @@ def assert_no_gpu_given_twice(pods: Iterable[Json], gpu_memory_mib: int) -> int:
 class SchedulerProcesses:
     """``gpupool control-plane`` replicas started by a test; all killed at teardown."""
 
-    kubeconfig: Path
+    kubeconfig: Path | None  # None: in-cluster, from the variables in ``env``
     lease_name: str
     log_dir: Path
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
     running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def start(self, identity: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -137,8 +139,7 @@ class SchedulerProcesses:
                     "-m",
                     "gpupool",
                     "control-plane",
-                    "--kubeconfig",
-                    str(self.kubeconfig),
+                    *(["--kubeconfig", str(self.kubeconfig)] if self.kubeconfig else []),
                     "--identity",
                     identity,
                     "--lease-name",
@@ -149,10 +150,13 @@ class SchedulerProcesses:
                     "3",
                     "--retry-period",
                     "0.5",
+                    "--http-address",
+                    "127.0.0.1:0",  # any free port: replicas and test runs share the machine
+                    *self.extra_args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env, **(env or {})},
             )
         self.running[identity] = process
         return process
@@ -174,3 +178,13 @@ class SchedulerProcesses:
 
     def log(self, identity: str) -> str:
         return (self.log_dir / f"{identity}.log").read_text(errors="replace")
+
+    async def http_url(self, identity: str, timeout: float = 30) -> str:
+        """Where the replica serves /healthz, /readyz and /metrics (it logs the address)."""
+        marker = "/metrics on "
+
+        async def logged() -> bool:
+            return marker in self.log(identity)
+
+        await wait_for(logged, timeout, f"{identity} to log its HTTP address")
+        return self.log(identity).split(marker, 1)[1].split()[0]

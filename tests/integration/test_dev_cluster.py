@@ -7,6 +7,7 @@ schedulers and its allocation check must catch a GPU handed out twice.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
@@ -20,11 +21,12 @@ from pathlib import Path
 import pytest
 
 from gpupool.bench.live import check_allocations, kube_nodes_to_find
-from gpupool.kube.api import KubeAPI
+from gpupool.kube.api import ApiError, KubeAPI
 
 pytestmark = pytest.mark.integration
 
 CONTROL_PLANE_CHILDREN = {"etcd", "kube-apiserver", "kwok"}
+ALLOCATION = "gpupool.io/allocation"
 
 
 def gpupool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -99,6 +101,52 @@ class _Lines:
         return "".join(self.seen)
 
 
+async def _printed_scheduler_binds_and_admin_cannot_forge(admin: Path, scheduler: Path) -> None:
+    """The printed scheduler command binds (as the scheduler user); the admin cannot allocate."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "demo"},
+        "spec": {
+            "schedulerName": "gpupool",
+            "containers": [
+                {"name": "main", "image": "pause", "resources": {"limits": {"gpupool.io/gpu": "1"}}}
+            ],
+        },
+    }
+    command = [
+        sys.executable, "-m", "gpupool", "control-plane", "--kubeconfig", str(scheduler),
+        "--http-address", "127.0.0.1:0",
+    ]  # fmt: skip
+    api = KubeAPI.from_kubeconfig(admin)
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as process:
+        try:
+            forged = {**pod, "metadata": {"name": "forged", "annotations": {ALLOCATION: "{}"}}}
+            pods = "/api/v1/namespaces/default/pods"
+            deadline = time.monotonic() + 30  # the API server loads a new policy within ~1 s
+            while time.monotonic() < deadline:
+                try:
+                    await api.request("POST", pods, body=forged, params={"dryRun": "All"})
+                except ApiError:
+                    break
+                await asyncio.sleep(0.3)
+            with pytest.raises(ApiError, match="written only by the gpupool scheduler"):
+                await api.create(pods, forged)
+            await api.create(pods, pod)
+            deadline = time.monotonic() + 60
+            while not (await api.get("/api/v1/namespaces/default/pods/demo"))["spec"].get(
+                "nodeName"
+            ):
+                assert time.monotonic() < deadline, "the printed scheduler did not bind"
+                await asyncio.sleep(0.3)
+            stored = await api.get("/api/v1/namespaces/default/pods/demo")
+            assert ALLOCATION in stored["metadata"]["annotations"]
+        finally:
+            process.terminate()
+            process.wait(30)
+            await api.close()
+
+
 @pytest.mark.parametrize(
     ("stop_signal", "scheduler_flag", "expected_children"),
     [
@@ -126,7 +174,11 @@ async def test_dev_cluster_up_serves_ready_gpu_nodes_and_stops_cleanly(
         try:
             kubeconfig = Path(lines.wait_for("kubeconfig:", 120).split(":", 1)[1].strip())
             assert kubeconfig == folder / "admin.kubeconfig"
+            line = lines.wait_for("scheduler kubeconfig:", 10)
+            scheduler_kubeconfig = Path(line.split(":", 1)[1].split()[0])
             assert f"kubectl --kubeconfig {kubeconfig} get nodes" in lines.wait_for("kubectl", 10)
+            command_line = lines.wait_for("gpupool control-plane", 10)
+            assert f"--kubeconfig {scheduler_kubeconfig}" in command_line
             lines.wait_for("schedulerName: gpupool", 10)
             lines.wait_for("gpupool.io/gpu: 1", 10)
 
@@ -145,6 +197,8 @@ async def test_dev_cluster_up_serves_ready_gpu_nodes_and_stops_cleanly(
                 assert node["status"]["allocatable"]["gpupool.io/gpu"] == "4"
                 assert node["metadata"]["labels"]["gpupool.io/gpu-model"] == "A100"
                 assert node["metadata"]["labels"]["gpupool.io/gpu-memory-mib"] == "40960"
+
+            await _printed_scheduler_binds_and_admin_cannot_forge(kubeconfig, scheduler_kubeconfig)
 
             children = _children(process.pid)
             assert set(children.values()) == expected_children

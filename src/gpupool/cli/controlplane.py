@@ -1,9 +1,10 @@
-"""``gpupool control-plane``: run the live scheduler against a cluster."""
+"""``gpupool control-plane``: run the live scheduler against a cluster; ``install-crds``."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +12,10 @@ import typer
 
 
 def control_plane(
-    kubeconfig: Annotated[Path, typer.Option(help="Kubeconfig of the cluster to schedule.")],
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(help="Kubeconfig of the cluster (default: in a pod, its ServiceAccount)."),
+    ] = None,
     identity: Annotated[str, typer.Option(help="Replica name (default: hostname-pid).")] = "",
     policy: Annotated[str, typer.Option(help="Placement policy.")] = "default",
     scheduler_name: Annotated[
@@ -24,15 +28,34 @@ def control_plane(
     retry_period: Annotated[float, typer.Option(help="Retry period, seconds.")] = 2.0,
     bind_concurrency: Annotated[int, typer.Option(help="Bindings in flight at once.")] = 64,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    http_address: Annotated[
+        str,
+        typer.Option(
+            help="host:port of /healthz, /readyz and /metrics ('' for none, port 0: any)."
+        ),
+    ] = "127.0.0.1:9402",
 ) -> None:
     """Run the scheduler live: one active replica per Lease, the others on standby."""
     from gpupool.cli.options import fail
+    from gpupool.kube.api import InClusterConfigError
+    from gpupool.kube.http import parse_address
     from gpupool.kube.leader import LeaseConfig
     from gpupool.kube.live import LIVE_POLICIES, LiveConfig
     from gpupool.kube.service import ServiceConfig, default_identity, serve
 
-    if not kubeconfig.is_file():
+    if kubeconfig is not None and not kubeconfig.is_file():
         raise fail(f"--kubeconfig: no such file {kubeconfig}")
+    if kubeconfig is None and not (
+        os.environ.get("KUBERNETES_SERVICE_HOST") and os.environ.get("KUBERNETES_SERVICE_PORT")
+    ):
+        raise fail(
+            "--kubeconfig: not given, and not in a pod (KUBERNETES_SERVICE_HOST and "
+            "KUBERNETES_SERVICE_PORT are not set)"
+        )
+    try:
+        address = parse_address(http_address) if http_address else None
+    except ValueError as error:
+        raise fail(str(error)) from None
     level = logging.getLevelNamesMapping().get(log_level.upper())
     if level is None:
         raise fail(f"--log-level: unknown level {log_level!r}")
@@ -57,25 +80,54 @@ def control_plane(
         policy=policy,
         bind_concurrency=bind_concurrency,
     )
-    code = asyncio.run(serve(ServiceConfig(kubeconfig=kubeconfig, live=live, lease=lease)))
+    config = ServiceConfig(kubeconfig=kubeconfig, live=live, lease=lease, http_address=address)
+    try:
+        code = asyncio.run(serve(config))
+    except InClusterConfigError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    except OSError as error:
+        typer.echo(f"error: --http-address {http_address}: {error.strerror or error}", err=True)
+        raise typer.Exit(1) from None
     raise typer.Exit(code)
 
 
 def install_crds(
     kubeconfig: Annotated[Path, typer.Option(help="Kubeconfig of the cluster.")],
+    scheduler_identity: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="User allowed to write pods' gpupool.io/allocation (repeat for several; "
+            "default: the gpupool-scheduler ServiceAccount of gpupool-system)."
+        ),
+    ] = None,
+    admission_policy: Annotated[
+        bool,
+        typer.Option(help="Also install the policy that lets only the scheduler allocate."),
+    ] = True,
 ) -> None:
-    """Install (or update) the GPUPool and GPUQueue CRDs and wait until they are served."""
+    """Install (or update) the CRDs and the allocation admission policy."""
     from gpupool.cli.options import fail
+    from gpupool.kube.admission_policy import (
+        DEFAULT_SCHEDULER_IDENTITIES,
+        POLICY_NAME,
+        check_identities,
+    )
     from gpupool.kube.api import ApiError, KubeAPI
     from gpupool.kube.crds import crd_manifests, install_crds
 
     if not kubeconfig.is_file():
         raise fail(f"--kubeconfig: no such file {kubeconfig}")
+    identities = tuple(scheduler_identity or DEFAULT_SCHEDULER_IDENTITIES)
+    try:
+        check_identities(identities)
+    except ValueError as error:
+        raise fail(str(error)) from None
 
     async def run() -> None:
         api = KubeAPI.from_kubeconfig(kubeconfig)
         try:
-            await install_crds(api)
+            await install_crds(api, scheduler_identities=identities if admission_policy else ())
         finally:
             await api.close()
 
@@ -86,3 +138,8 @@ def install_crds(
         raise typer.Exit(1) from None
     for manifest in crd_manifests():
         typer.echo(f"installed {manifest['metadata']['name']}")
+    if admission_policy:
+        typer.echo(
+            f"installed ValidatingAdmissionPolicy {POLICY_NAME}: only "
+            f"{', '.join(identities)} may write gpupool.io/allocation"
+        )

@@ -2,7 +2,9 @@
 
 The tests and the benchmarks start the same :class:`LocalControlPlane`; this module adds what a
 person at a terminal needs around it: fake GPU nodes that are Ready before the prompt says so,
-the commands to try next, and a shutdown that leaves no etcd, kube-apiserver, kwok or
+the commands to try next, a scheduler user with exactly the scheduler's RBAC role (the only
+identity the allocation admission policy lets write ``gpupool.io/allocation``, as in a real
+installation), and a shutdown that leaves no etcd, kube-apiserver, kwok or
 kube-scheduler behind, whether the session ends with Ctrl-C, SIGTERM, or a child that died.
 """
 
@@ -21,10 +23,13 @@ from gpupool.devcluster.controlplane import LocalControlPlane, SchedulerClient
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
 from gpupool.kube.api import JsonObject, KubeAPI
 from gpupool.kube.crds import install_crds
+from gpupool.kube.rbac import grant_scheduler_role
 from gpupool.kube.vocabulary import RESOURCE_GPU, SCHEDULER_NAME
 
 NODE_PREFIX = "gpu-node"
 READY_TIMEOUT = 120.0
+SCHEDULER_USER = "gpupool-scheduler"
+"""The dev cluster's scheduler: a client-certificate user bound to the scheduler's role."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +112,15 @@ async def wait_nodes_ready(
 
 
 async def populate(kubeconfig: Path, nodes: list[FakeGpuNode], concurrency: int = 16) -> None:
-    """Install the gpupool CRDs, create the fake nodes, wait until kwok made every one Ready."""
+    """Install CRDs and allocation policy, grant the scheduler its role, create ready nodes.
+
+    The scheduler user gets the scheduler's role and is the only identity the policy lets
+    write allocations; the fake nodes are created and waited for until kwok made them Ready.
+    """
     api = KubeAPI.from_kubeconfig(kubeconfig)
     try:
-        await install_crds(api)
+        await install_crds(api, scheduler_identities=(SCHEDULER_USER,))
+        await grant_scheduler_role(api, SCHEDULER_USER)
         await create_nodes(api, nodes, concurrency)
         await wait_nodes_ready(api, len(nodes))
     finally:
@@ -135,14 +145,15 @@ def example_pod_yaml(name: str = "gpu-demo", gpus: int = 1) -> str:
     )
 
 
-def usage_text(plane: LocalControlPlane, config: DevClusterConfig) -> str:
-    """What to print once the cluster is up: kubeconfig, commands to try, an example pod."""
+def usage_text(plane: LocalControlPlane, config: DevClusterConfig, scheduler: Path) -> str:
+    """What to print once the cluster is up: kubeconfigs, commands to try, an example pod."""
     kubeconfig = plane.kubeconfig
     pod = "".join(f"  {line}\n" for line in example_pod_yaml().splitlines())
     schedulers = "kube-scheduler (default-scheduler)" if config.kube_scheduler else "none"
     keep = f"kept in {plane.folder}" if config.folder is not None else "removed on exit"
     return (
         f"kubeconfig: {kubeconfig}\n"
+        f"scheduler kubeconfig: {scheduler}   (user {SCHEDULER_USER}, the scheduler's role)\n"
         f"api server: {plane.server}\n"
         f"nodes: {config.nodes} x {config.gpus_per_node} {config.gpu_model} GPUs "
         f"(Ready, kwok)\n"
@@ -151,7 +162,8 @@ def usage_text(plane: LocalControlPlane, config: DevClusterConfig) -> str:
         "\n"
         "try:\n"
         f"  kubectl --kubeconfig {kubeconfig} get nodes\n"
-        f"  gpupool control-plane --kubeconfig {kubeconfig}   # gpupool's scheduler\n"
+        f"  gpupool control-plane --kubeconfig {scheduler}   # gpupool's scheduler\n"
+        "  curl http://127.0.0.1:9402/metrics   # its metrics (also /healthz, /readyz)\n"
         f"  kubectl --kubeconfig {kubeconfig} apply -f pod.yaml   # with pod.yaml:\n"
         "\n"
         f"{pod}"
@@ -229,7 +241,7 @@ def run_session(
         asyncio.run(populate(plane.kubeconfig, config.fake_nodes()))
         if config.kube_scheduler:
             plane.start_kube_scheduler(SchedulerClient())
-        say(usage_text(plane, config))
+        say(usage_text(plane, config, plane.user_kubeconfig(SCHEDULER_USER)))
         while True:
             for name, child in plane.processes.items():
                 if not child.running:

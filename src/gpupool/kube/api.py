@@ -9,13 +9,23 @@ itself instead of a library silently resuming "from now".
 
 One :class:`KubeAPI` per process, long-lived: creating clients per call is the classic source of
 leaked sockets and memory in Kubernetes Python code.
+
+In a pod, :meth:`KubeAPI.in_cluster` connects with the pod's ServiceAccount. Its token is a
+projected token that the kubelet replaces before it expires (by default hourly); a client that
+read it once stops working after the token's lifetime, the classic "scheduler goes 401 after an
+hour" failure. :class:`ServiceAccountToken` re-reads the file when it changes, at least every 60
+seconds, and once more on a 401, as client-go does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable
+import logging
+import os
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -24,11 +34,19 @@ import httpx2
 from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import KubeConfig
 
+log = logging.getLogger(__name__)
+
 JsonObject = dict[str, Any]
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+SERVICE_ACCOUNT_DIR_ENV = "GPUPOOL_SERVICEACCOUNT_DIR"
+"""Overrides :data:`SERVICE_ACCOUNT_DIR` (tests, or a token mounted elsewhere)."""
+TOKEN_REREAD_SECONDS = 60.0
+"""Longest time a token read from the file is used without looking at the file again."""
 
 
 class ApiError(RuntimeError):
@@ -55,6 +73,94 @@ def _error_from(response: httpx2.Response, body: bytes) -> ApiError:
         return ApiError(
             response.status_code, response.reason_phrase, body[:500].decode(errors="replace")
         )
+
+
+class InClusterConfigError(ValueError):
+    """Not in a pod, or the pod's ServiceAccount files are missing; the message says which."""
+
+
+def _file_signature(path: Path) -> tuple[int, int, int]:
+    """Inode, size and modification time of the file ``path`` resolves to.
+
+    The kubelet swaps a projected token in atomically by re-pointing a symlink, so the target's
+    inode changes even when size and time happen to match.
+    """
+    info = path.stat()
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+class ServiceAccountToken(httpx2.Auth):
+    """Bearer auth from a token file that the kubelet rotates.
+
+    The token is read again when the file changed (checked on every request: one ``stat``),
+    when it is older than :data:`TOKEN_REREAD_SECONDS`, and after a 401, in which case the
+    request is retried once if the file held a different token.
+
+    Args:
+        path: The token file.
+        max_age: Seconds after which the file is read again even if it looks unchanged.
+        clock: Monotonic seconds (tests pass their own).
+
+    Raises:
+        InClusterConfigError: The file cannot be read, or is empty, on the first read.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        max_age: float = TOKEN_REREAD_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = path
+        self.max_age = max_age
+        self.clock = clock
+        self.reads = 0
+        self._token = ""
+        self._signature: tuple[int, int, int] | None = None
+        self._read_at = 0.0
+        self._read()
+
+    def _read(self) -> None:
+        try:
+            signature = _file_signature(self.path)
+            token = self.path.read_text(encoding="utf-8").strip()
+        except OSError as error:
+            if not self._token:
+                raise InClusterConfigError(f"service-account token {self.path}: {error}") from None
+            log.warning("keeping the current token; cannot read %s: %s", self.path, error)
+            return
+        if not token:
+            if not self._token:
+                raise InClusterConfigError(f"service-account token {self.path}: file is empty")
+            log.warning("keeping the current token; %s is empty", self.path)
+            return
+        self._token, self._signature, self._read_at = token, signature, self.clock()
+        self.reads += 1
+
+    def token(self) -> str:
+        """The current token, re-read first if the file changed or the copy is too old."""
+        stale = self.clock() - self._read_at >= self.max_age
+        try:
+            changed = _file_signature(self.path) != self._signature
+        except OSError:
+            changed = False  # mid-rotation; the next request looks again
+        if stale or changed:
+            self._read()
+        return self._token
+
+    def auth_flow(
+        self, request: httpx2.Request
+    ) -> Generator[httpx2.Request, httpx2.Response, None]:
+        """Send with the current token; after a 401, retry once with a newer one if any."""
+        used = self.token()
+        request.headers["Authorization"] = f"Bearer {used}"
+        response = yield request
+        if response.status_code != 401:
+            return
+        self._read()
+        if self._token != used:
+            request.headers["Authorization"] = f"Bearer {self._token}"
+            yield request
 
 
 class KubeAPI:
@@ -88,6 +194,51 @@ class KubeAPI:
         params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(timeout), trust_env=False)
         limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
         return cls(httpx2.AsyncClient(**params.httpx_params(config), limits=limits))
+
+    @classmethod
+    def in_cluster(
+        cls,
+        *,
+        environ: Mapping[str, str] = os.environ,
+        timeout: float = 30.0,
+        connections: int = 16,
+    ) -> KubeAPI:
+        """Connect as the pod's ServiceAccount, the way client-go's ``InClusterConfig`` does.
+
+        The API server is ``KUBERNETES_SERVICE_HOST``:``KUBERNETES_SERVICE_PORT``; the token
+        and the cluster CA are ``token`` and ``ca.crt`` in
+        ``/var/run/secrets/kubernetes.io/serviceaccount`` (or ``$GPUPOOL_SERVICEACCOUNT_DIR``).
+
+        Raises:
+            InClusterConfigError: A variable or a file is missing; the message names it.
+        """
+        host = environ.get("KUBERNETES_SERVICE_HOST", "")
+        port = environ.get("KUBERNETES_SERVICE_PORT", "")
+        if not host or not port:
+            raise InClusterConfigError(
+                "not running in a pod: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT "
+                "must both be set (or pass --kubeconfig)"
+            )
+        folder = Path(environ.get(SERVICE_ACCOUNT_DIR_ENV) or SERVICE_ACCOUNT_DIR)
+        ca = folder / "ca.crt"
+        try:
+            context = ssl.create_default_context(cafile=str(ca))
+        except (OSError, ssl.SSLError) as error:
+            raise InClusterConfigError(f"cluster CA {ca}: {error}") from None
+        auth = ServiceAccountToken(folder / "token")
+        if ":" in host:  # an IPv6 address
+            host = f"[{host}]"
+        limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
+        return cls(
+            httpx2.AsyncClient(
+                base_url=f"https://{host}:{port}",
+                verify=context,
+                auth=auth,
+                timeout=httpx2.Timeout(timeout),
+                limits=limits,
+                trust_env=False,
+            )
+        )
 
     async def close(self) -> None:
         """Close the connection pool."""

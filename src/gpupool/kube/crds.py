@@ -7,17 +7,21 @@ across fields), so a bad pool or queue is refused by the API server with the fie
 any gpupool process sees it.
 
 :func:`install_crds` is idempotent: it creates each definition or replaces an older one, then
-waits for ``Established``, the point from which the API server serves the new resource.
+waits for ``Established``, the point from which the API server serves the new resource. Given
+the scheduler's identities, it also installs the admission policy that keeps everyone else from
+writing a pod's allocation (:mod:`gpupool.kube.admission_policy`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
 import yaml
 
+from gpupool.kube.admission_policy import BINDING_PATH, POLICY_PATH, policy_manifests
 from gpupool.kube.api import ApiError, JsonObject, KubeAPI
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -34,34 +38,47 @@ def crd_manifests() -> list[dict[str, Any]]:
     return [yaml.safe_load(entry.read_text(encoding="utf-8")) for entry in files]
 
 
-async def install_crds(api: KubeAPI, timeout: float = 30.0) -> None:
+async def install_crds(
+    api: KubeAPI, timeout: float = 30.0, *, scheduler_identities: Sequence[str] = ()
+) -> None:
     """Create or update every gpupool CRD and wait until the API server serves them.
 
     Args:
         api: A client allowed to write CustomResourceDefinitions.
         timeout: Seconds, for all definitions together, to become ``Established``.
+        scheduler_identities: When given, also install the admission policy that lets only
+            these users write a pod's allocation (:mod:`gpupool.kube.admission_policy`).
 
     Raises:
-        ApiError: The API server refused a definition.
+        ValueError: A bad scheduler identity (before anything is written).
+        ApiError: The API server refused a definition or the policy.
         TimeoutError: A definition was not ``Established`` in time.
     """
     deadline = asyncio.get_running_loop().time() + timeout
     manifests = crd_manifests()
-    for manifest in manifests:
-        await _apply(api, manifest)
+    writes = [(CRD_PATH, manifest) for manifest in manifests]
+    if scheduler_identities:
+        policy, binding = policy_manifests(scheduler_identities)
+        writes += [(POLICY_PATH, policy), (BINDING_PATH, binding)]
+    for collection, manifest in writes:
+        await apply_object(api, collection, manifest)
     for manifest in manifests:
         await _wait_established(api, manifest["metadata"]["name"], deadline)
         await _wait_served(api, manifest, deadline)
 
 
-async def _apply(api: KubeAPI, manifest: JsonObject) -> None:
-    """Create ``manifest``, or replace the stored definition at its current resourceVersion."""
+async def apply_object(api: KubeAPI, collection: str, manifest: JsonObject) -> None:
+    """Create ``manifest`` in ``collection``, or replace the stored one at its resourceVersion.
+
+    For cluster-scoped objects that gpupool owns whole (definitions, policies): what is stored
+    afterwards is exactly ``manifest``, whatever an earlier version of gpupool installed.
+    """
     try:
-        await api.create(CRD_PATH, manifest)
+        await api.create(collection, manifest)
     except ApiError as error:
         if error.status != 409:
             raise
-        path = f"{CRD_PATH}/{manifest['metadata']['name']}"
+        path = f"{collection}/{manifest['metadata']['name']}"
         version = (await api.get(path))["metadata"]["resourceVersion"]
         metadata = {**manifest["metadata"], "resourceVersion": version}
         await api.replace(path, {**manifest, "metadata": metadata})

@@ -32,8 +32,6 @@ import contextlib
 import logging
 import os
 import time
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +41,7 @@ from gpupool.core.framework import Scheduler
 from gpupool.kube import allocation
 from gpupool.kube.api import ApiError, KubeAPI
 from gpupool.kube.informer import Informer
+from gpupool.kube.observe import SchedulingMetrics
 from gpupool.kube.queue import SchedulingQueue
 from gpupool.kube.records import NodeRecord, PodRecord
 from gpupool.kube.signing import RecordSigner
@@ -100,28 +99,22 @@ class LiveConfig:
 class LiveStats:
     """Counters for metrics and tests.
 
+    Attempts by result, bind errors by reason and decision latency are in
+    :class:`~gpupool.kube.observe.SchedulingMetrics`.
+
     Attributes:
         cycles: Scheduling cycles run.
-        attempts: Scheduling attempts by result: ``scheduled``, ``unschedulable``, ``error``.
         binds: Bindings the API server accepted.
-        bind_errors: Bindings that failed, by reason category (see :class:`BindResult`).
         bind_unknown: Bindings whose outcome had to be looked up.
         invalid_pods: Attempts on pods whose request cannot be read.
         cycle_errors: Cycles that failed as a whole (and were retried).
     """
 
     cycles: int = 0
-    attempts: Counter[str] = field(default_factory=Counter)
     binds: int = 0
-    bind_errors: Counter[str] = field(default_factory=Counter)
     bind_unknown: int = 0
     invalid_pods: int = 0
     cycle_errors: int = 0
-
-    @property
-    def rejects(self) -> int:
-        """Attempts that found no node."""
-        return self.attempts["unschedulable"]
 
 
 def _pod_order(pod: PodRecord) -> tuple[int, str, str, str]:
@@ -138,15 +131,14 @@ class LiveScheduler:
         api: The API port.
         config: How to schedule.
         signer: Signs the allocation records this replica writes and verifies the ones it reads.
-        observe_latency: Called with each pod's decision time in seconds (metrics).
     """
 
     api: KubeAPI
     config: LiveConfig
     signer: RecordSigner | None = None
-    observe_latency: Callable[[float], None] | None = None
     state: ClusterState = field(init=False)
     stats: LiveStats = field(default_factory=LiveStats)
+    metrics: SchedulingMetrics = field(default_factory=SchedulingMetrics)
     leading: bool = False
 
     def __post_init__(self) -> None:
@@ -256,7 +248,7 @@ class LiveScheduler:
                 decision = self._decide(pod)
             except InvalidObjectError as error:
                 self.stats.invalid_pods += 1
-                self._failed(pod, f"invalid request: {error}", "error")
+                self._failed(pod, f"invalid request: {error}", "unschedulable")
                 continue
             except Exception as error:
                 log.exception("scheduling %s failed", pod.key)
@@ -265,7 +257,7 @@ class LiveScheduler:
             if not isinstance(decision, Bind):
                 self._unschedulable(pod, decision.message)
                 continue
-            self.stats.attempts["scheduled"] += 1
+            self.metrics.attempt("scheduled")
             state.assume(decision)
             self.queue.in_flight(uid)
             await self._gate.acquire()
@@ -286,22 +278,29 @@ class LiveScheduler:
         decision = self.scheduler.schedule(
             state.snapshot, spec, state.node_checks(pod), retry=uid in self._seen
         )
-        if self.observe_latency is not None:
-            self.observe_latency(time.perf_counter() - started)
+        self.metrics.latency.observe(time.perf_counter() - started)
         self._seen.add(uid)
         return decision
 
     def _unschedulable(self, pod: PodRecord, message: str) -> None:
-        self.stats.attempts["unschedulable"] += 1
+        self.metrics.attempt("unschedulable")
         uid = pod.metadata.uid
         now = time.monotonic()
         if self.queue.unschedulable(uid, now, self.state.capacity_epoch, message):
             self._report_pending(pod, message)
 
     def _failed(self, pod: PodRecord, message: str, result: str) -> None:
-        self.stats.attempts[result] += 1
+        self.metrics.attempt(result)
         if self.queue.failed(pod.metadata.uid, time.monotonic(), message):
             self._report_pending(pod, message)
+
+    def pending_messages(self) -> list[str]:
+        """The current reason of every pending pod ("" for pods not tried yet), for metrics."""
+        entries = self.queue.entries
+        return [
+            entry.reason if (entry := entries.get(uid)) is not None else ""
+            for uid in self.state.pending
+        ]
 
     def _report_pending(self, pod: PodRecord, message: str) -> None:
         self.reports.event(pod, "Warning", "FailedScheduling", message)
@@ -344,7 +343,7 @@ class LiveScheduler:
                 f"Successfully assigned {pod.key} to {decision.node_name} (GPUs {gpus})",
             )
             return
-        self.stats.bind_errors[result.reason] += 1
+        self.metrics.bind_failed(result.reason)
         self.state.forget(uid)
         if result.outcome is BindOutcome.GONE:
             self.queue.bound(uid)  # nothing left to schedule

@@ -60,6 +60,14 @@ class BindResult:
     message: str = ""
 
 
+_ADMISSION_MARKERS = ("ValidatingAdmissionPolicy '", 'admission webhook "', "admission plugin")
+"""How the API server words an admission denial (names in Kubernetes never hold quotes).
+
+An admission denial and an RBAC refusal can both answer 403; which one it is decides who must
+act (the policy's author, or the operator), so the metrics tell them apart.
+"""
+
+
 def classify(error: ApiError) -> BindResult:
     """What an error answer to a Binding means.
 
@@ -75,7 +83,7 @@ def classify(error: ApiError) -> BindResult:
         return BindResult(BindOutcome.GONE, "gone", message)
     if error.status >= 500:
         return BindResult(BindOutcome.UNKNOWN, "server", message)
-    if "admission" in message.lower() or "denied" in message.lower():
+    if any(marker in message for marker in _ADMISSION_MARKERS):
         return BindResult(BindOutcome.REFUSED, "admission", message)
     if error.status == 403:
         return BindResult(BindOutcome.REFUSED, "forbidden", message)

@@ -1,0 +1,148 @@
+"""``/metrics`` of ``gpupool control-plane``: one custom Collector, read at scrape time.
+
+Nothing in the scheduling loop touches prometheus-client: the loop keeps plain counters
+(:class:`~gpupool.kube.live.LiveStats`, :class:`~gpupool.kube.observe.SchedulingMetrics`, the
+informers' and the state's stats) and :class:`SchedulerCollector` turns them into metric
+families when Prometheus asks. Updating thousands of labelled gauges on every watch event is
+what makes exporters slow; reading a few integers per scrape costs nothing. Pending pods are
+counted by reason *category*, never by pod: a label per pod would give every pod its own time
+series.
+
+Each process has its own :class:`~prometheus_client.CollectorRegistry` (not the global one), so
+two schedulers in one test process, or a later REST API on the same server, never mix series.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeVar
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from gpupool.kube.live import LiveScheduler
+
+Family = TypeVar("Family", CounterMetricFamily, GaugeMetricFamily)
+
+PREFIX = "gpupool_scheduler_"
+
+PENDING_REASONS = (
+    "not_tried",
+    "insufficient_resources",
+    "node_constraints",
+    "invalid_request",
+    "other",
+)
+"""Why a pod waits, as a bounded label: not decided yet; not enough free GPU/CPU/memory on any
+node that would take it; no node passes its selector, affinity, taints or readiness; the pod's
+request cannot be read; anything else."""
+
+
+def pending_reason(message: str) -> str:
+    """The category (one of :data:`PENDING_REASONS`) of a pending pod's reason message."""
+    if not message:
+        return "not_tried"
+    if message.startswith("invalid request"):
+        return "invalid_request"
+    if "Insufficient" in message:
+        return "insufficient_resources"
+    if "nodes are available" in message:
+        return "node_constraints"
+    return "other"
+
+
+def _by_label(family: Family, values: Mapping[str, int]) -> Family:
+    """``family`` with one sample per (label value, value), every value of the fixed set."""
+    for label, value in values.items():
+        family.add_metric([label], value)
+    return family
+
+
+class SchedulerCollector(Collector):
+    """Metric families of one scheduler replica, computed from its state at each scrape.
+
+    Args:
+        scheduler: The replica's scheduler (leader or standby).
+        leading: Whether this replica holds the Lease now.
+    """
+
+    def __init__(self, scheduler: LiveScheduler, leading: Callable[[], bool]) -> None:
+        self.scheduler = scheduler
+        self.leading = leading
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield every family (called by the registry on each scrape)."""
+        scheduler = self.scheduler
+        metrics = scheduler.metrics
+        yield _by_label(
+            CounterMetricFamily(
+                f"{PREFIX}schedule_attempts",
+                "Scheduling attempts by result: scheduled (bound), unschedulable (left pending "
+                "with a reason), error (the Binding failed).",
+                labels=["result"],
+            ),
+            metrics.attempts,
+        )
+
+        latency = HistogramMetricFamily(
+            f"{PREFIX}scheduling_duration_seconds",
+            "Time the placement policy took to decide for one pod.",
+        )
+        latency.add_metric([], metrics.latency.cumulative(), metrics.latency.total)
+        yield latency
+
+        yield CounterMetricFamily(
+            f"{PREFIX}binds", "Pods bound by this replica.", value=scheduler.stats.binds
+        )
+        yield _by_label(
+            CounterMetricFamily(
+                f"{PREFIX}bind_errors",
+                "Failed Bindings by reason (conflict, gone, forbidden, invalid, admission, "
+                "server, transport, unknown).",
+                labels=["reason"],
+            ),
+            metrics.bind_errors,
+        )
+        by_reason = Counter(pending_reason(m) for m in scheduler.pending_messages())
+        yield _by_label(
+            GaugeMetricFamily(
+                f"{PREFIX}pending_pods",
+                "Pods of this scheduler waiting to be bound, by reason category.",
+                labels=["reason"],
+            ),
+            {reason: by_reason[reason] for reason in PENDING_REASONS},
+        )
+
+        yield GaugeMetricFamily(
+            f"{PREFIX}leader",
+            "1 while this replica holds the Lease and schedules, 0 on standby.",
+            value=1 if self.leading() else 0,
+        )
+        relists = CounterMetricFamily(
+            f"{PREFIX}relists",
+            "LISTs after an informer's first one (410 Gone, reconnects, a new term as leader).",
+            labels=["resource"],
+        )
+        for resource, informer in (("pods", scheduler.pods), ("nodes", scheduler.nodes)):
+            relists.add_metric([resource], max(informer.stats.lists - 1, 0))
+        yield relists
+
+        yield CounterMetricFamily(
+            f"{PREFIX}allocation_conflicts",
+            "Bound pods whose allocation could not be held: GPUs already taken, or a bad record.",
+            value=scheduler.state.stats.conflicts,
+        )
+
+
+def scheduler_registry(scheduler: LiveScheduler, leading: Callable[[], bool]) -> CollectorRegistry:
+    """A registry of its own holding only the scheduler's collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SchedulerCollector(scheduler, leading))
+    return registry

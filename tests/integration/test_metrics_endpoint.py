@@ -1,0 +1,165 @@
+"""``/healthz``, ``/readyz`` and ``/metrics`` of a running ``gpupool control-plane``.
+
+Two replicas on one Lease, pods bound and one left pending: the leader's metrics must hold the
+binds, the attempts and the pending pod by reason, the standby must be ready and say so, and
+promtool (Prometheus's own linter, from Debian's prometheus package:
+``scripts/install-promtool.sh``) must accept the exposition. A missing promtool fails the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx2
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpupool.devcluster.controlplane import LocalControlPlane
+from gpupool.kube.api import KubeAPI
+
+from .live_helpers import (
+    SchedulerProcesses,
+    create_pods,
+    gpu_pod,
+    list_pods,
+    make_nodes,
+    pending_reason,
+    wait_for,
+)
+
+P = "gpupool_scheduler_"
+
+
+def _promtool() -> Path:
+    configured = os.environ.get("GPUPOOL_PROMTOOL")
+    path = (
+        Path(configured)
+        if configured
+        else Path.home() / ".cache" / "gpupool" / "tools" / "bin" / "promtool"
+    )
+    if not path.is_file():
+        pytest.fail(
+            f"promtool not found at {path}: run scripts/install-promtool.sh (make test does)"
+        )
+    return path
+
+
+def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _value(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
+    return samples[(P + name, frozenset(labels.items()))]
+
+
+async def test_metrics_health_and_readiness_of_leader_and_standby(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    sel = {"test": namespace}
+    await make_nodes(api, namespace, 1, gpus=2)
+    await create_pods(
+        api,
+        namespace,
+        [gpu_pod("a", selector=sel), gpu_pod("b", selector=sel), gpu_pod("c", selector=sel)],
+    )
+    schedulers.start("one")
+    leader_url = await schedulers.http_url("one")
+
+    async def settled() -> bool:
+        pods = await list_pods(api, namespace)
+        bound = [p for p in pods if p["spec"].get("nodeName")]
+        waiting = [p for p in pods if pending_reason(p)]
+        return len(bound) == 2 and len(waiting) == 1
+
+    await wait_for(settled, 60, "two pods bound and one pending with a reason")
+    schedulers.start("two")
+    standby_url = await schedulers.http_url("two")
+
+    async with httpx2.AsyncClient(timeout=10) as http:
+
+        async def ready(url: str) -> bool:
+            return (await http.get(f"{url}/readyz")).status_code == 200
+
+        await wait_for(lambda: ready(standby_url), 30, "the standby's caches to sync")
+        assert (await http.get(f"{leader_url}/healthz")).text == "ok\n"
+        assert (await http.get(f"{leader_url}/readyz")).text == "ok: leader\n"
+        assert (await http.get(f"{standby_url}/readyz")).text == "ok: standby\n"
+
+        response = await http.get(f"{leader_url}/metrics")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+        text = response.text
+        standby_text = (await http.get(f"{standby_url}/metrics")).text
+        openmetrics = await http.get(
+            f"{leader_url}/metrics", headers={"Accept": "application/openmetrics-text"}
+        )
+        assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
+        assert openmetrics.text.rstrip().endswith("# EOF")
+
+    samples = _samples(text)
+    assert _value(samples, "binds_total") == 2
+    assert _value(samples, "schedule_attempts_total", result="scheduled") == 2
+    assert _value(samples, "schedule_attempts_total", result="unschedulable") >= 1
+    assert _value(samples, "schedule_attempts_total", result="error") == 0
+    assert _value(samples, "pending_pods", reason="insufficient_resources") == 1
+    assert _value(samples, "pending_pods", reason="not_tried") == 0
+    assert _value(samples, "scheduling_duration_seconds_count") >= 3
+    assert _value(samples, "scheduling_duration_seconds_bucket", le="+Inf") >= 3
+    assert _value(samples, "bind_errors_total", reason="conflict") == 0
+    assert _value(samples, "leader") == 1
+    assert _value(samples, "allocation_conflicts_total") == 0
+    assert _value(samples, "relists_total", resource="pods") >= 0
+    labels = {name for _, pairs in samples for name, _ in pairs}
+    assert labels == {"result", "reason", "resource", "le"}  # never a pod or a namespace
+    standby = _samples(standby_text)
+    assert _value(standby, "leader") == 0
+    assert _value(standby, "binds_total") == 0
+
+    lint = await asyncio.to_thread(
+        subprocess.run,
+        [str(_promtool()), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert lint.stdout + lint.stderr == ""  # not even a lint warning
+
+
+def test_a_taken_http_address_fails_the_process_naming_it(
+    control_plane: LocalControlPlane,
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpupool",
+                "control-plane",
+                "--kubeconfig",
+                str(control_plane.kubeconfig),
+                "--http-address",
+                address,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert f"error: --http-address {address}: Address already in use" in done.stderr
+    assert "Traceback" not in done.stderr
