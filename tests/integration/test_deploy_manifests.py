@@ -20,7 +20,7 @@ import yaml
 
 from gpupool.kube.admission_policy import policy_manifests
 from gpupool.kube.api import ApiError, KubeAPI
-from gpupool.kube.rbac import scheduler_role
+from gpupool.kube.rbac import scheduler_role, signing_key_role
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 ROOT = DEPLOY.parent
@@ -84,6 +84,7 @@ async def test_every_manifest_is_accepted_by_a_server_side_dry_run(api: KubeAPI)
 def test_the_files_match_what_the_code_installs() -> None:
     by_kind = {document["kind"]: document for _, document in _documents()}
     assert by_kind["ClusterRole"] == scheduler_role()
+    assert by_kind["Role"] == signing_key_role("gpupool-system")
     shipped = [by_kind["ValidatingAdmissionPolicy"], by_kind["ValidatingAdmissionPolicyBinding"]]
     assert shipped == policy_manifests()
 

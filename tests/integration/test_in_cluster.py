@@ -16,14 +16,13 @@ import ssl
 from pathlib import Path
 
 import httpx2
-import yaml
 
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.api import ApiError, KubeAPI
+from gpupool.kube.rbac import grant_scheduler_role
 
 from .live_helpers import SchedulerProcesses, create_pods, gpu_pod, make_nodes, wait_for
 
-RBAC = Path(__file__).resolve().parents[2] / "deploy" / "scheduler-rbac.yaml"
 ACCOUNT = "gpupool-scheduler"
 
 
@@ -56,20 +55,8 @@ async def _service_account(api: KubeAPI, namespace: str) -> None:
 async def test_scheduler_runs_in_cluster_and_survives_token_rotation(
     control_plane: LocalControlPlane, api: KubeAPI, namespace: str, tmp_path: Path
 ) -> None:
-    role = next(d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "ClusterRole")
-    role["metadata"]["name"] = f"scheduler-{namespace}"
-    await api.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
-    await api.create(
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        {
-            "metadata": {"name": f"scheduler-{namespace}"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": role["metadata"]["name"],
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": namespace}],
-        },
+    await grant_scheduler_role(
+        api, {"kind": "ServiceAccount", "name": ACCOUNT, "namespace": namespace}
     )
     await _service_account(api, namespace)
     mount = tmp_path / "serviceaccount"

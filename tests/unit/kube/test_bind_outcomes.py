@@ -17,7 +17,7 @@ from gpupool.kube.writes import BindOutcome, classify
         (
             403,
             "Forbidden",
-            "admission webhook denied the request",
+            'admission webhook "w.gpupool.io" denied the request: no',
             BindOutcome.REFUSED,
             "admission",
         ),
