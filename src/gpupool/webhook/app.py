@@ -16,7 +16,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 
 from gpupool.webhook.admission import (
     DEFAULT_CONFIG,
@@ -54,6 +56,18 @@ def _verdict(
 def create_app(facts: FactsSource, config: AdmissionConfig = DEFAULT_CONFIG) -> FastAPI:
     """The webhook app, deciding with the facts ``facts()`` returns at each request."""
     app = FastAPI(title="gpupool admission webhook", docs_url=None, redoc_url=None)
+
+    @app.exception_handler(RequestValidationError)
+    async def unreadable(request: Request, error: RequestValidationError) -> JSONResponse:
+        """A 422 naming what is wrong, without echoing the body.
+
+        FastAPI's own handler echoes it, and fails with a 500 on a body that is not UTF-8.
+        """
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}"
+            for problem in error.errors()[:5]
+        )
+        return JSONResponse({"message": f"not an AdmissionReview v1: {problems}"}, 422)
 
     def answer(review: AdmissionReview, *, validating: bool) -> dict[str, Any]:
         request = review.request
