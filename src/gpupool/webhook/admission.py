@@ -125,6 +125,14 @@ def _decode(pod: Mapping[str, Any]) -> PodRecord | Refusal:
         return Refusal(where or "metadata", text.partition(" - at `")[0])
 
 
+def _mapping_at(obj: Mapping[str, Any] | None, *keys: str) -> Mapping[str, Any]:
+    """``obj[k1][k2]...``, or an empty mapping where any step is missing or not an object."""
+    current: Any = obj
+    for key in keys:
+        current = current.get(key) if isinstance(current, Mapping) else None
+    return current if isinstance(current, Mapping) else {}
+
+
 def _label_path(key: str) -> str:
     return "/metadata/labels/" + key.replace("~", "~0").replace("/", "~1")
 
@@ -139,7 +147,7 @@ def _set_labels(pod: Mapping[str, Any], labels: dict[str, str]) -> list[Mutation
         )
         for key, value in labels.items()
     ]
-    if mutations and pod.get("metadata", {}).get("labels") is None:
+    if mutations and not _mapping_at(pod, "metadata", "labels"):
         create = {"op": "add", "path": "/metadata/labels", "value": {}}
         first = mutations[0]
         mutations[0] = Mutation(first.field, first.value, (create, *first.ops))
@@ -205,8 +213,8 @@ def _allocation_forged(review: PodReview, record: PodRecord) -> bool:
     new = record.metadata.annotations.get(ANNOTATION_ALLOCATION)
     if review.operation == "CREATE" or review.old_pod is None:
         return new is not None
-    old_annotations = review.old_pod.get("metadata", {}).get("annotations") or {}
-    return bool(new != old_annotations.get(ANNOTATION_ALLOCATION))
+    old = _mapping_at(review.old_pod, "metadata", "annotations").get(ANNOTATION_ALLOCATION)
+    return new != old
 
 
 def _mentions_gpupool(pod: Mapping[str, Any]) -> bool:
@@ -270,7 +278,7 @@ def _review_update(review: PodReview, meta: ObjectMeta, facts: ClusterFacts | No
     unrelated update (a finalizer removed) because the cluster changed since the pod was
     created would only block its deletion.
     """
-    old_labels = (review.old_pod or {}).get("metadata", {}).get("labels") or {}
+    old_labels = _mapping_at(review.old_pod, "metadata", "labels")
     new_queue = meta.labels.get(LABEL_QUEUE)
     if facts is None or new_queue is None or new_queue == old_labels.get(LABEL_QUEUE):
         return Verdict()
