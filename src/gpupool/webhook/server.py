@@ -1,9 +1,11 @@
 """``gpupool webhook``: the admission app over TLS, and the caches behind it, in one process.
 
-uvicorn serves the app with the certificate and key from files (a mounted Secret in a cluster)
-and handles SIGTERM itself: it stops accepting, finishes the reviews in flight, then returns,
-and the caches are cancelled after it. The webhook is a Deployment of its own, apart from the
-scheduler, so a scheduler restart never blocks pod creation.
+uvicorn serves the app with the certificate and key from files (a mounted Secret in a cluster).
+On SIGTERM it stops accepting, finishes the reviews in flight and returns; the caches are then
+cancelled and the process exits 0. (uvicorn's own signal capture re-raises the signal once it
+has shut down, which kills the process before its cleanup and exits with -15; it is replaced.)
+The webhook is a Deployment of its own, apart from the scheduler, so a scheduler restart never
+blocks pod creation.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +52,13 @@ class WebhookServerConfig:
     admission: AdmissionConfig = field(default=DEFAULT_CONFIG)
 
 
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """Signals are handled by :func:`serve`, which stops the server and then cleans up."""
+        yield
+
+
 def connect(kubeconfig: Path | None) -> KubeAPI:
     """An API client from ``kubeconfig``, or from the pod's service account when None."""
     if kubeconfig is not None:
@@ -64,7 +75,7 @@ async def serve(config: WebhookServerConfig) -> int:
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     api = connect(config.kubeconfig)
     cache = FactsCache(api)
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(
             create_app(cache.facts, config.admission),
             host=config.host,
@@ -75,6 +86,9 @@ async def serve(config: WebhookServerConfig) -> int:
             access_log=False,
         )
     )
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, setattr, server, "should_exit", True)
     caches = asyncio.create_task(cache.run())
     serving = asyncio.create_task(server.serve())
     try:
