@@ -85,14 +85,17 @@ def webhook_tls(control_plane: LocalControlPlane) -> tuple[Path, Path, Path]:
 @pytest.fixture
 def start_webhook(
     control_plane: LocalControlPlane, webhook_tls: tuple[Path, Path, Path], tmp_path: Path
-) -> Iterator[Callable[[], WebhookProcess]]:
-    """Starts ``gpupool webhook`` processes (ready: caches synced); all stop after the test."""
+) -> Iterator[Callable[..., WebhookProcess]]:
+    """Starts ``gpupool webhook`` processes (ready: caches synced); all stop after the test.
+
+    Each runs as the admin unless given another ``kubeconfig``.
+    """
     ca, cert, key = webhook_tls
     started: list[WebhookProcess] = []
 
-    def start() -> WebhookProcess:
+    def start(kubeconfig: Path | None = None) -> WebhookProcess:
         log = tmp_path / f"webhook-{len(started)}.log"
-        process = WebhookProcess(control_plane.kubeconfig, cert, key, ca, log)
+        process = WebhookProcess(kubeconfig or control_plane.kubeconfig, cert, key, ca, log)
         started.append(process)
         process.wait_ready()
         return process

@@ -10,11 +10,15 @@ by dry-run creates, which run admission but store nothing.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
+from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
 from gpupool.kube.api import ApiError, KubeAPI
 from gpupool.kube.crds import install_crds
@@ -33,7 +37,10 @@ pytestmark = pytest.mark.integration
 QUEUES = "/apis/gpupool.io/v1alpha1/gpuqueues"
 DENIED = 'admission webhook "pods.mutate.gpupool.io" denied the request: '
 LIMIT = "spec.containers[0].resources.limits"
-StartWebhook = Callable[[], WebhookProcess]
+StartWebhook = Callable[..., WebhookProcess]
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "webhook.yaml"
+USER = "gpupool-webhook"
+RBAC_GROUP = "rbac.authorization.k8s.io"
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 60) -> None:
@@ -98,11 +105,48 @@ async def routed(api: KubeAPI, namespace: str) -> bool:
     return bool(result["spec"]["schedulerName"] == "gpupool")
 
 
+async def as_webhook_role(api: KubeAPI, control_plane: LocalControlPlane) -> Path:
+    """A kubeconfig for a user bound to exactly the ClusterRole of deploy/webhook.yaml."""
+    role = next(d for d in yaml.safe_load_all(DEPLOY.read_text()) if d["kind"] == "ClusterRole")
+    await api.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+    await api.create(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{USER}-test"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": USER,
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
+        },
+    )
+    return control_plane.user_kubeconfig(USER)
+
+
 async def test_the_api_server_has_a_gpu_pod_routed_queued_and_classed(
-    api: KubeAPI, namespace: str, registration: Registration, start_webhook: StartWebhook
+    api: KubeAPI,
+    namespace: str,
+    registration: Registration,
+    start_webhook: StartWebhook,
+    control_plane: LocalControlPlane,
+    webhook_tls: tuple[Path, Path, Path],
 ) -> None:
+    """The webhook runs with only its role, registered by ``gpupool webhook install``."""
     await queue(api, f"q-{namespace}", namespace)
-    await registration.point_at(start_webhook())
+    process = start_webhook(await as_webhook_role(api, control_plane))
+    command = [
+        sys.executable, "-m", "gpupool", "webhook", "install",
+        "--kubeconfig", str(control_plane.kubeconfig),
+        "--ca", str(webhook_tls[0]),
+        "--url", process.url,
+        "--name", registration.name,
+    ]  # fmt: skip
+    installed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert installed.returncode == 0, installed.stderr
+    assert "failurePolicy Fail" in installed.stdout
     await eventually(lambda: routed(api, namespace), "the webhook to be called")
     body = pod("train", {"gpupool.io/gpu": "1", "gpupool.io/gpu-cores": "50"})
     body["metadata"]["labels"] = {"app": "train"}

@@ -34,7 +34,7 @@ def _log_level(name: str) -> int:
 
 def _existing(option: str, path: Path | None) -> Path:
     if path is None:
-        raise fail(f"{option}: required to serve")
+        raise fail(f"{option}: required")
     if not path.is_file():
         raise fail(f"{option}: no such file {path}")
     return path
@@ -94,8 +94,18 @@ def webhook(
 
 @webhook_app.command("install")
 def install(
-    kubeconfig: Annotated[Path, typer.Option(help="Kubeconfig of the cluster.")],
-    ca: Annotated[Path, typer.Option(help="PEM of the CA that signed the serving cert.")],
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="Kubeconfig of the cluster (not with --print).")
+    ] = None,
+    ca: Annotated[
+        Path | None, typer.Option(help="PEM of the CA that signed the serving cert.")
+    ] = None,
+    inject_ca_from: Annotated[
+        str, typer.Option(help="namespace/certificate whose CA cert-manager injects instead.")
+    ] = "",
+    print_only: Annotated[
+        bool, typer.Option("--print", help="Print the configurations as YAML; apply nothing.")
+    ] = False,
     url: Annotated[str, typer.Option(help="https://host:port of the webhook.")] = "",
     service: Annotated[
         str, typer.Option(help="namespace/name[:port] of the webhook's Service.")
@@ -110,7 +120,7 @@ def install(
     name: Annotated[str, typer.Option(help="Name of both configurations.")] = "gpupool",
     scheduler_name: Annotated[str, typer.Option(help="gpupool's schedulerName.")] = "gpupool",
 ) -> None:
-    """Create or update the Mutating- and ValidatingWebhookConfiguration."""
+    """Create or update the Mutating- and ValidatingWebhookConfiguration (or --print them)."""
     from gpupool.kube.api import ApiError, KubeAPI
     from gpupool.webhook.configuration import (
         FAILURE_POLICIES,
@@ -118,8 +128,9 @@ def install(
         webhook_configurations,
     )
 
-    for option, path in (("--kubeconfig", kubeconfig), ("--ca", ca)):
-        _existing(option, path)
+    if ca is None and not inject_ca_from:
+        raise fail("--ca: required (or --inject-ca-from with cert-manager)")
+    ca_bundle = None if ca is None else _existing("--ca", ca).read_bytes()
     policy = next((p for p in FAILURE_POLICIES if p == failure_policy), None)
     if policy is None:
         raise fail(f"--failure-policy: must be Fail or Ignore, got {failure_policy!r}")
@@ -129,9 +140,10 @@ def install(
         target = _target(url, service)
     except ValueError as error:
         raise fail(f"--url/--service: {error}") from None
-    configurations = webhook_configurations(
-        ca.read_bytes(),
+    configurations = webhook_configurations(  # the arguments are checked above
+        ca_bundle,
         target,
+        inject_ca_from=inject_ca_from,
         name=name,
         failure_policy=policy,
         timeout_seconds=timeout,
@@ -139,8 +151,15 @@ def install(
         scheduler_name=scheduler_name,
     )
 
+    if print_only:
+        import yaml
+
+        typer.echo(yaml.safe_dump_all(configurations.values(), sort_keys=False), nl=False)
+        return
+    cluster = _existing("--kubeconfig", kubeconfig)
+
     async def run() -> None:
-        api = KubeAPI.from_kubeconfig(kubeconfig)
+        api = KubeAPI.from_kubeconfig(cluster)
         try:
             await install_webhook(api, configurations)
         finally:

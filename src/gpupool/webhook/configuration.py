@@ -54,9 +54,11 @@ class WebhookTarget:
         if self.service_name and not self.service_namespace:
             raise ValueError("service_namespace: needed with service_name")
 
-    def client_config(self, path: str, ca_bundle: bytes) -> JsonObject:
-        """The ``clientConfig`` of one webhook calling ``path``."""
-        config: JsonObject = {"caBundle": base64.b64encode(ca_bundle).decode()}
+    def client_config(self, path: str, ca_bundle: bytes | None) -> JsonObject:
+        """The ``clientConfig`` of one webhook calling ``path`` (no ``caBundle`` if None)."""
+        config: JsonObject = {}
+        if ca_bundle is not None:
+            config["caBundle"] = base64.b64encode(ca_bundle).decode()
         if self.url:
             config["url"] = self.url.rstrip("/") + path
         else:
@@ -93,9 +95,10 @@ def match_expression(scheduler_name: str = SCHEDULER_NAME) -> str:
 
 
 def webhook_configurations(
-    ca_bundle: bytes,
+    ca_bundle: bytes | None,
     target: WebhookTarget,
     *,
+    inject_ca_from: str = "",
     name: str = "gpupool",
     failure_policy: FailurePolicy = "Fail",
     timeout_seconds: int = 5,
@@ -105,8 +108,11 @@ def webhook_configurations(
     """Both configurations, by collection (``mutatingwebhookconfigurations``, ...).
 
     Args:
-        ca_bundle: PEM of the CA that signed the webhook's serving certificate.
+        ca_bundle: PEM of the CA that signed the webhook's serving certificate; None when
+            cert-manager injects it (``inject_ca_from``).
         target: Where the webhook listens.
+        inject_ca_from: ``namespace/certificate`` of a cert-manager Certificate whose CA
+            cert-manager's CA injector writes into the configurations.
         name: The configurations' object name.
         failure_policy: ``Fail`` (closed, the default) or ``Ignore`` (open) when it is down.
         timeout_seconds: How long the API server waits for an answer (1..30).
@@ -117,6 +123,8 @@ def webhook_configurations(
         raise ValueError(f"failure_policy: must be Fail or Ignore, got {failure_policy!r}")
     if not 1 <= timeout_seconds <= 30:
         raise ValueError(f"timeout_seconds: must be 1..30, got {timeout_seconds}")
+    if ca_bundle is None and not inject_ca_from:
+        raise ValueError("ca_bundle: needed unless cert-manager injects it (inject_ca_from)")
 
     def webhook(kind: str, path: str) -> dict[str, Any]:
         return {
@@ -150,17 +158,20 @@ def webhook_configurations(
         }
 
     mutating = webhook("mutate", "/mutate") | {"reinvocationPolicy": "IfNeeded"}
+    metadata: JsonObject = {"name": name}
+    if inject_ca_from:
+        metadata["annotations"] = {"cert-manager.io/inject-ca-from": inject_ca_from}
     return {
         MUTATING: {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": name},
+            "metadata": metadata,
             "webhooks": [mutating],
         },
         VALIDATING: {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": name},
+            "metadata": metadata,
             "webhooks": [webhook("validate", "/validate")],
         },
     }
