@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.api import ApiError, KubeAPI
@@ -14,6 +13,7 @@ from .live_helpers import (
     SchedulerProcesses,
     create_pods,
     gpu_pod,
+    grant_cluster_role,
     list_pods,
     make_nodes,
     pending_reason,
@@ -37,22 +37,7 @@ async def test_scheduler_works_with_exactly_its_role(
     finally:
         await as_user.close()
 
-    role = next(d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "ClusterRole")
-    await api.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
-    await api.create(
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": f"{USER}-test"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": USER,
-            },
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
-        },
-    )
+    await grant_cluster_role(api, RBAC, USER)
     sel = {"test": namespace}
     await make_nodes(api, namespace, 1, gpus=2)
     await create_pods(

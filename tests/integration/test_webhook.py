@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
@@ -30,6 +29,7 @@ from gpupool.webhook.configuration import (
     webhook_configurations,
 )
 
+from .live_helpers import grant_cluster_role
 from .webhook_helpers import WebhookProcess, create_pod, pod, refusal
 
 pytestmark = pytest.mark.integration
@@ -40,7 +40,6 @@ LIMIT = "spec.containers[0].resources.limits"
 StartWebhook = Callable[..., WebhookProcess]
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "webhook.yaml"
 USER = "gpupool-webhook"
-RBAC_GROUP = "rbac.authorization.k8s.io"
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 60) -> None:
@@ -107,22 +106,7 @@ async def routed(api: KubeAPI, namespace: str) -> bool:
 
 async def as_webhook_role(api: KubeAPI, control_plane: LocalControlPlane) -> Path:
     """A kubeconfig for a user bound to exactly the ClusterRole of deploy/webhook.yaml."""
-    role = next(d for d in yaml.safe_load_all(DEPLOY.read_text()) if d["kind"] == "ClusterRole")
-    await api.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
-    await api.create(
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": f"{USER}-test"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": USER,
-            },
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
-        },
-    )
+    await grant_cluster_role(api, DEPLOY, USER)
     return control_plane.user_kubeconfig(USER)
 
 
