@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from gpupool.devcluster.certs import write_serving_cert
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.api import KubeAPI
 
 from .live_helpers import SchedulerProcesses
+from .webhook_helpers import WebhookProcess
 
 pytestmark = pytest.mark.integration
 
@@ -70,3 +72,36 @@ def schedulers(
         yield processes
     finally:
         processes.stop_all()
+
+
+@pytest.fixture(scope="module")
+def webhook_tls(control_plane: LocalControlPlane) -> tuple[Path, Path, Path]:
+    """(CA, certificate, key) for a webhook at 127.0.0.1, signed by the cluster's test CA."""
+    pki = control_plane.folder / "pki"
+    cert, key = write_serving_cert(pki, "webhook", ["127.0.0.1"])
+    return pki / "ca.crt", cert, key
+
+
+@pytest.fixture
+def start_webhook(
+    control_plane: LocalControlPlane, webhook_tls: tuple[Path, Path, Path], tmp_path: Path
+) -> Iterator[Callable[..., WebhookProcess]]:
+    """Starts ``gpupool webhook`` processes (ready: caches synced); all stop after the test.
+
+    Each runs as the admin unless given another ``kubeconfig``.
+    """
+    ca, cert, key = webhook_tls
+    started: list[WebhookProcess] = []
+
+    def start(kubeconfig: Path | None = None) -> WebhookProcess:
+        log = tmp_path / f"webhook-{len(started)}.log"
+        process = WebhookProcess(kubeconfig or control_plane.kubeconfig, cert, key, ca, log)
+        started.append(process)
+        process.wait_ready()
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.stop()

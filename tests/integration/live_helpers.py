@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
 from gpupool.kube.api import KubeAPI
 
@@ -188,3 +190,23 @@ class SchedulerProcesses:
 
         await wait_for(logged, timeout, f"{identity} to log its HTTP address")
         return self.log(identity).split(marker, 1)[1].split()[0]
+
+
+async def grant_cluster_role(api: KubeAPI, manifest: Path, user: str) -> None:
+    """Create the ClusterRole of ``manifest`` (named ``user``) and bind it to the user ``user``."""
+    role = next(d for d in yaml.safe_load_all(manifest.read_text()) if d["kind"] == "ClusterRole")
+    await api.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+    await api.create(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{user}-test"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": user,
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    )

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.api import ApiError, KubeAPI
+from gpupool.kube.rbac import grant_scheduler_role
 
 from .live_helpers import (
     SchedulerProcesses,
@@ -37,41 +37,7 @@ async def test_scheduler_works_with_exactly_its_role(
     finally:
         await as_user.close()
 
-    documents = list(yaml.safe_load_all(RBAC.read_text()))
-    role = next(d for d in documents if d["kind"] == "ClusterRole")
-    await api.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
-    # the signing-key Role, in the namespace of the test's Lease (kube-system)
-    key_role = next(d for d in documents if d["kind"] == "Role")
-    key_role["metadata"]["namespace"] = "kube-system"
-    await api.create("/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/roles", key_role)
-    await api.create(
-        "/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": f"{USER}-key-test", "namespace": "kube-system"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": key_role["metadata"]["name"],
-            },
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
-        },
-    )
-    await api.create(
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": f"{USER}-test"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": USER,
-            },
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
-        },
-    )
+    await grant_scheduler_role(api, USER)
     sel = {"test": namespace}
     await make_nodes(api, namespace, 1, gpus=2)
     await create_pods(

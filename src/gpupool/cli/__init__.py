@@ -18,6 +18,7 @@ from gpupool.cli.bench_live import bench_live
 from gpupool.cli.controlplane import control_plane, install_crds
 from gpupool.cli.devcluster import devcluster_app
 from gpupool.cli.options import SeedsError, fail, parse_seeds
+from gpupool.cli.webhook import webhook_app
 
 app = typer.Typer(
     help="gpupool: shared GPUs for Kubernetes, schedulable, isolated, reclaimable, governable.",
@@ -30,6 +31,7 @@ app.add_typer(bench_app, name="bench")
 app.command("control-plane")(control_plane)
 app.command("install-crds")(install_crds)
 app.add_typer(devcluster_app, name="dev-cluster")
+app.add_typer(webhook_app, name="webhook")
 bench_app.command("live")(bench_live)
 
 TRACE_DIR_ENV = "GPUPOOL_TRACE_DIR"

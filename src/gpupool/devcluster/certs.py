@@ -130,14 +130,39 @@ def write_client_cert(directory: Path, user: str, group: str | None = None) -> t
     this is how tests act as a component with only the permissions its RBAC role grants.
     """
     pem = serialization.Encoding.PEM
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _issue(_name(user, group), key, _load_ca(directory), ExtendedKeyUsageOID.CLIENT_AUTH)
+    stem = "admin" if group == "system:masters" else user
+    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
+    cert_path.write_bytes(cert.public_bytes(pem))
+    _write_key(key, key_path)
+    return cert_path, key_path
+
+
+def _load_ca(directory: Path) -> tuple[x509.Name, ec.EllipticCurvePrivateKey]:
     ca = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
     ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise TypeError(f"{directory / 'ca.key'}: not an EC key")
+    return ca.subject, ca_key
+
+
+def write_serving_cert(directory: Path, name: str, hosts: list[str]) -> tuple[Path, Path]:
+    """Issue a serving certificate for ``hosts`` (IP addresses or DNS names) from the CA.
+
+    For a server the API server calls, such as the admission webhook at
+    ``https://127.0.0.1:<port>``: the webhook configuration's ``caBundle`` is the CA's
+    ``ca.crt``. Returns the certificate's and the key's paths (``<name>.crt``, ``<name>.key``).
+    """
+    sans: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            sans.append(x509.DNSName(host))
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = _issue(_name(user, group), key, (ca.subject, ca_key), ExtendedKeyUsageOID.CLIENT_AUTH)
-    stem = "admin" if group == "system:masters" else user
-    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
-    cert_path.write_bytes(cert.public_bytes(pem))
+    cert = _issue(_name(name), key, _load_ca(directory), ExtendedKeyUsageOID.SERVER_AUTH, sans)
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     _write_key(key, key_path)
     return cert_path, key_path
