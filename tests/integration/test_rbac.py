@@ -21,7 +21,6 @@ from .live_helpers import (
     wait_for,
 )
 
-RBAC = Path(__file__).resolve().parents[2] / "deploy" / "scheduler-rbac.yaml"
 USER = "gpupool-scheduler"
 
 
