@@ -65,6 +65,7 @@ def test_each_part_holds_what_was_left_there() -> None:
     split = split_unallocated(snapshot, WORKLOAD, FAILED)
     assert split.capacity_milli == 10_000
     assert split.share_gpu_free_milli == 190 + 500  # a GPU 0, d GPU 0
+    assert split.share_gpu_free_on_short_milli == 500  # d is short, a is not
     assert split.short_node_free_milli == 1000 + 1000 + 3000  # b, c GPU 1, d GPUs 1-3
     assert split.other_free_milli == 1000 + 1000  # a GPU 1, e
     assert split.short_nodes == 3

@@ -108,6 +108,7 @@ def run_job(job: PlacementJob, progress: ProgressSink | None = None) -> SeedOutc
 
 BREAKDOWN_PARTS = (
     "share_gpu_free",
+    "share_gpu_free_on_short",
     "share_floor",
     "short_node_free",
     "other_free",
@@ -115,7 +116,7 @@ BREAKDOWN_PARTS = (
     "failed_share",
     "failed_gpu",
 )
-"""Parts of the split, in % of GPU capacity; parts 1, 3 and 4 add up to part 5."""
+"""Parts of the split, in % of GPU capacity; parts 1, 4 and 5 add up to part 6."""
 
 
 def breakdown_at_100(result: ReplayResult, arrivals: Sequence[PodSpec]) -> dict[str, Any]:
@@ -132,6 +133,7 @@ def breakdown_at_100(result: ReplayResult, arrivals: Sequence[PodSpec]) -> dict[
         "capacity_milli": split.capacity_milli,
         "milli": {
             "share_gpu_free": split.share_gpu_free_milli,
+            "share_gpu_free_on_short": split.share_gpu_free_on_short_milli,
             "share_floor": round(floor, 3),
             "short_node_free": split.short_node_free_milli,
             "other_free": split.other_free_milli,
@@ -173,6 +175,7 @@ def breakdown_summary(outcomes: Sequence[SeedOutcome]) -> dict[str, Any] | None:
         "mark": "right after the last arrival whose cumulative GPU milli is <= capacity",
         "definitions": {
             "share_gpu_free_pct": "(a) free compute on GPUs that host at least one share",
+            "share_gpu_free_on_short_pct": "the part of (a) on nodes short of CPU or memory",
             "share_floor_pct": "LP floor of (a) for the shares this run placed by the mark",
             "short_node_free_pct": "(b) whole free GPUs on nodes whose free CPU and memory "
             "fit no GPU pod that arrived by the mark",

@@ -139,6 +139,7 @@ def _print_placement(report: dict[str, Any]) -> None:
 
 BREAKDOWN_ROWS = (
     ("share_gpu_free_pct", "(a) free on GPUs hosting shares"),
+    ("share_gpu_free_on_short_pct", "    of which on nodes short of CPU/memory"),
     ("share_floor_pct", "    LP floor of (a) for the placed shares"),
     ("short_node_free_pct", "(b) whole GPUs on nodes short of CPU/memory"),
     ("other_free_pct", "(c) other whole free GPUs"),

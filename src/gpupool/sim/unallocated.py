@@ -10,7 +10,8 @@ some of them:
   workload fits on, because the node's free CPU and memory together are below every GPU pod's
   CPU and memory request (a node is *short* when, for every GPU pod shape ``(cpu, memory)``,
   ``cpu > free cpu`` or ``memory > free memory``). These GPUs are lost to CPU or memory, not to
-  packing.
+  packing. The same test applied to share-hosting GPUs tells how much of part a sits on such
+  nodes, where no share can fill it whatever its size.
 * **other whole free GPUs** (part c): fully free GPUs on nodes with the CPU and memory for at
   least one GPU pod (what GPU-model constraints or multi-GPU shapes leave).
 
@@ -44,6 +45,8 @@ class UnallocatedBreakdown:
     Attributes:
         capacity_milli: GPU compute of the cluster.
         share_gpu_free_milli: (a) free compute on GPUs hosting at least one share.
+        share_gpu_free_on_short_milli: The part of (a) on nodes short of CPU or memory, which
+            no share can use either.
         short_node_free_milli: (b) fully free GPUs on nodes short of CPU or memory.
         other_free_milli: (c) fully free GPUs on the other nodes.
         failed_share_milli: (d) compute asked by failed shares (not part of the sum).
@@ -56,6 +59,7 @@ class UnallocatedBreakdown:
 
     capacity_milli: int
     share_gpu_free_milli: int
+    share_gpu_free_on_short_milli: int
     short_node_free_milli: int
     other_free_milli: int
     failed_share_milli: int
@@ -99,6 +103,7 @@ def split_unallocated(
     return UnallocatedBreakdown(
         capacity_milli=snapshot.total_gpus * MILLI_PER_GPU,
         share_gpu_free_milli=int(free[partly_used].sum()),
+        share_gpu_free_on_short_milli=int(free[partly_used & short[:, None]].sum()),
         short_node_free_milli=int(whole_free_per_node[short].sum()) * MILLI_PER_GPU,
         other_free_milli=int(whole_free_per_node[~short].sum()) * MILLI_PER_GPU,
         failed_share_milli=sum(size * count for size, count in failed_shares.items()),
