@@ -116,7 +116,7 @@ BREAKDOWN_PARTS = (
     "failed_share",
     "failed_gpu",
 )
-"""Parts of the split, in % of GPU capacity; parts 1, 4 and 5 add up to part 6."""
+"""Parts in % of capacity; share_gpu_free + short_node_free + other_free = unallocated."""
 
 
 def breakdown_at_100(result: ReplayResult, arrivals: Sequence[PodSpec]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import importlib.util
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,6 +19,9 @@ from gpupool.cli.bench_live import bench_live
 from gpupool.cli.controlplane import control_plane, install_crds
 from gpupool.cli.devcluster import devcluster_app
 from gpupool.cli.options import SeedsError, fail, parse_seeds
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 app = typer.Typer(
     help="gpupool: shared GPUs for Kubernetes, schedulable, isolated, reclaimable, governable.",
@@ -149,7 +152,7 @@ BREAKDOWN_ROWS = (
 )
 
 
-def _breakdown_table(section: dict[str, Any]) -> Any:
+def _breakdown_table(section: dict[str, Any]) -> Table:
     from rich.table import Table
 
     table = Table(title="Unallocated GPUs at arrived = 100%, by cause (% of capacity)")
