@@ -16,8 +16,13 @@ fail:
 where ``x_p`` counts GPUs packed with pattern ``p`` (a maximal multiset of share sizes that
 fits in one GPU) and ``f_s`` the failed shares of size ``s``. CPU, memory, GPU models,
 whole-GPU and multi-GPU pods are all ignored, which only lowers the bound, and the LP
-relaxation is lower still than any integral packing. The bound is therefore a floor for every
-policy, online or offline. Needs scipy (a development dependency).
+relaxation is lower still than any integral packing. The LP lives in
+:mod:`gpupool.sim.packing_lp` (needs scipy, in the ``reports`` extra).
+
+Which column bounds which run: the failures-allowed floor holds for every policy; the
+all-placed floor holds only for runs in which no share that arrived by the 100% mark failed.
+A run that fails shares can go below it (`gpupool bench placement` reports, per run, the
+failed share volume and the floor for the shares that run did place).
 
     .venv/bin/python bench/packing_floor.py --json out/bench/packing_floor.json
 """
@@ -31,74 +36,20 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from gpupool.cli.options import parse_seeds
 from gpupool.core.model import MILLI_PER_GPU, PodSpec
+from gpupool.sim.packing_lp import share_floor_milli, share_sizes
 from gpupool.sim.protocol import seeded_run
 from gpupool.sim.trace import read_trace
+from gpupool.sim.unallocated import arrived_by
 
 TRACES = ("default", "gpushare40", "gpushare80", "multigpu20", "multigpu40", "gpuspec10",
           "gpuspec33", "cpu050", "cpu200")  # fmt: skip
 
 
-def maximal_patterns(sizes: list[int], counts: list[int]) -> list[tuple[int, ...]]:
-    """Every multiset of sizes (bounded by counts) that fits in one GPU and admits no more."""
-    patterns: list[tuple[int, ...]] = []
-    chosen: list[int] = []
-
-    def extend(i: int, left: int) -> None:
-        if i == len(sizes):
-            if not any(chosen[j] < counts[j] and sizes[j] <= left for j in range(len(sizes))):
-                patterns.append(tuple(chosen))
-            return
-        for k in range(min(counts[i], left // sizes[i]), -1, -1):
-            chosen.append(k)
-            extend(i + 1, left - k * sizes[i])
-            chosen.pop()
-
-    extend(0, MILLI_PER_GPU)
-    return patterns
-
-
-def share_floor_milli(shares: Counter[int], allow_failures: bool = True) -> float:
-    """The LP lower bound, in milli-GPU, on max(sliver waste, failed volume) for ``shares``.
-
-    With ``allow_failures=False`` every arrived share must be placed (``f = 0``).
-    """
-    from scipy.optimize import linprog
-
-    sizes = sorted(shares, reverse=True)
-    counts = [shares[s] for s in sizes]
-    patterns = np.array(maximal_patterns(sizes, counts), dtype=np.float64).T
-    n_sizes, n_patterns = patterns.shape
-    size_arr = np.array(sizes, dtype=np.float64)
-    volume = float(size_arr @ np.array(counts, dtype=np.float64))
-    # Variables: x (patterns), f (failures), t.
-    cost = np.r_[np.zeros(n_patterns + n_sizes), 1.0]
-    waste_row = np.r_[np.full(n_patterns, float(MILLI_PER_GPU)), size_arr, -1.0]
-    failed_row = np.r_[np.zeros(n_patterns), size_arr, -1.0]
-    cover = np.hstack([-patterns, -np.eye(n_sizes), np.zeros((n_sizes, 1))])
-    a_ub = np.vstack([waste_row, failed_row, cover])
-    b_ub = np.r_[volume, 0.0, -np.array(counts, dtype=np.float64)]
-    bounds = [(0, None)] * n_patterns + [(0, None if allow_failures else 0)] * n_sizes
-    result = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=[*bounds, (0, None)], method="highs")
-    if result.status != 0:
-        raise RuntimeError(f"LP failed: {result.message}")
-    return float(result.fun)
-
-
 def arrived_shares(pods: list[PodSpec], capacity_milli: int) -> Counter[int]:
-    """Sizes of the single-GPU shares that arrived before the arrived demand reached capacity."""
-    shares: Counter[int] = Counter()
-    arrived = 0
-    for pod in pods:
-        arrived += pod.total_gpu_milli
-        if arrived > capacity_milli:
-            break
-        if pod.gpu_count == 1 and pod.gpu_milli < MILLI_PER_GPU:
-            shares[pod.gpu_milli] += 1
-    return shares
+    """Per-GPU sizes of the shares that arrived before the arrived demand exceeded capacity."""
+    return share_sizes(pods[: arrived_by(pods, capacity_milli)])
 
 
 def main() -> None:

@@ -164,3 +164,28 @@ def test_control_plane_bad_options_name_the_option(
     assert result.stderr.startswith("error: ")
     assert option in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_bench_placement_splits_unallocated_gpus_at_100(
+    tiny_trace: tuple[Path, Path], tmp_path: Path
+) -> None:
+    nodes, pods = tiny_trace
+    out = tmp_path / "r.json"
+    args = ["--nodes", str(nodes), "--pods", str(pods), "--seeds", "1-2", "--jobs", "1"]
+    done = gpupool("bench", "placement", *args, "--json", str(out), env={"COLUMNS": "120"})
+    assert done.returncode == 0, done.stderr
+    assert "Unallocated GPUs at arrived = 100%, by cause" in done.stdout
+    section = json.loads(out.read_text())["unallocated_breakdown_at_100"]
+    assert len(section["per_seed_milli"]) == 2
+    for milli in section["per_seed_milli"]:
+        parts = milli["share_gpu_free"] + milli["short_node_free"] + milli["other_free"]
+        assert parts == milli["unallocated"]
+        assert milli["share_gpu_free"] + 1e-6 >= milli["share_floor"]
+    for part in ("share_gpu_free_pct", "short_node_free_pct", "unallocated_pct"):
+        assert len(section[part]["per_seed"]) == 2
+        assert 0 <= section[part]["mean"] <= 100
+
+    done = gpupool("bench", "placement", *args, "--no-breakdown", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["unallocated_breakdown_at_100"] is None
+    assert "by cause" not in done.stdout

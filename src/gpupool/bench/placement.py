@@ -4,7 +4,9 @@ Each seed is an independent run (shuffle, inflation to 130%, per-seed node order
 seeds run in parallel worker processes when more than one core is free. The report holds the
 unallocated GPU share and the fragmentation at the arrived loads the paper reports, as mean,
 sample standard deviation and per-seed values, plus the full curves for plotting and the wall
-time of every run.
+time of every run. At arrived = 100% it also splits the unallocated share by cause
+(:mod:`gpupool.sim.unallocated`) next to the LP floor of the shares the run placed
+(:mod:`gpupool.sim.packing_lp`), so that policy work aims at the part that is really lost.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import statistics
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -21,12 +25,15 @@ from typing import Any
 import numpy as np
 
 from gpupool.bench.machine import machine_description
+from gpupool.core.model import MILLI_PER_GPU, PodSpec
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
 from gpupool.sim.metrics import REPORTED_ARRIVED_PCT, bin_by_arrival
+from gpupool.sim.packing_lp import placed_share_floor_milli
 from gpupool.sim.protocol import DEFAULT_TUNE_RATIO, seeded_run
-from gpupool.sim.replay import replay
+from gpupool.sim.replay import ReplayResult, replay
 from gpupool.sim.trace import read_trace
+from gpupool.sim.unallocated import split_at_mark
 
 ProgressSink = Callable[[int, float], None]
 """Receives ``(seed, fraction_done)``."""
@@ -41,6 +48,7 @@ class PlacementJob:
     policy: str
     seed: int
     tune_ratio: float = DEFAULT_TUNE_RATIO
+    breakdown: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +62,7 @@ class SeedOutcome:
     frag_amount_pct: list[float | None]
     frag_ratio_pct: list[float | None]
     wall_seconds: float
+    breakdown: dict[str, Any] | None = None
 
 
 def run_job(job: PlacementJob, progress: ProgressSink | None = None) -> SeedOutcome:
@@ -93,7 +102,59 @@ def run_job(job: PlacementJob, progress: ProgressSink | None = None) -> SeedOutc
         frag_amount_pct=curve(result.frag_milli / capacity * 100.0),
         frag_ratio_pct=curve(frag_ratio * 100.0),
         wall_seconds=round(result.wall_seconds, 4),
+        breakdown=breakdown_at_100(result, run.arrivals) if job.breakdown else None,
     )
+
+
+BREAKDOWN_PARTS = (
+    "share_gpu_free",
+    "share_gpu_free_on_short",
+    "share_floor",
+    "short_node_free",
+    "other_free",
+    "unallocated",
+    "failed_share",
+    "failed_gpu",
+)
+"""Parts in % of capacity; share_gpu_free + short_node_free + other_free = unallocated."""
+
+
+def breakdown_at_100(result: ReplayResult, arrivals: Sequence[PodSpec]) -> dict[str, Any]:
+    """Split one run's unallocated capacity when the arrived demand reached 100% of capacity.
+
+    Values are in milli-GPU (exact integers but for the LP floor) and the split's own wall time.
+    """
+    started = time.perf_counter()
+    at = split_at_mark(result.snapshot, arrivals, result.total_gpus * MILLI_PER_GPU)
+    split = at.breakdown
+    floor = placed_share_floor_milli(Counter(at.placed_shares))
+    return {
+        "arrived_pods": at.arrived,
+        "capacity_milli": split.capacity_milli,
+        "milli": {
+            "share_gpu_free": split.share_gpu_free_milli,
+            "share_gpu_free_on_short": split.share_gpu_free_on_short_milli,
+            "share_floor": round(floor, 3),
+            "short_node_free": split.short_node_free_milli,
+            "other_free": split.other_free_milli,
+            "unallocated": split.unallocated_milli,
+            "failed_share": split.failed_share_milli,
+            "failed_gpu": split.failed_gpu_milli,
+        },
+        "failed_shares": split.failed_shares,
+        "short_nodes": split.short_nodes,
+        "seconds": round(time.perf_counter() - started, 4),
+    }
+
+
+def _cell(values: Sequence[float | None]) -> dict[str, Any]:
+    """Mean, sample sd and per-seed values; ``None`` values are left out of the mean and sd."""
+    present = [value for value in values if value is not None]
+    return {
+        "mean": round(statistics.fmean(present), 4) if present else None,
+        "sd": round(statistics.stdev(present), 4) if len(present) > 1 else 0.0,
+        "per_seed": list(values),
+    }
 
 
 def _summary(per_seed: Sequence[Sequence[float | None]]) -> dict[str, dict[str, Any]]:
@@ -102,15 +163,36 @@ def _summary(per_seed: Sequence[Sequence[float | None]]) -> dict[str, dict[str, 
     A seed whose run never came near a load contributes ``None`` there and is left out of the
     mean and sd.
     """
-    out: dict[str, dict[str, Any]] = {}
-    for pct in REPORTED_ARRIVED_PCT:
-        values = [run[pct] for run in per_seed]
-        present = [value for value in values if value is not None]
-        out[str(pct)] = {
-            "mean": round(statistics.fmean(present), 4) if present else None,
-            "sd": round(statistics.stdev(present), 4) if len(present) > 1 else 0.0,
-            "per_seed": values,
-        }
+    return {str(pct): _cell([run[pct] for run in per_seed]) for pct in REPORTED_ARRIVED_PCT}
+
+
+def breakdown_summary(outcomes: Sequence[SeedOutcome]) -> dict[str, Any] | None:
+    """The ``unallocated_breakdown_at_100`` section, or ``None`` when no run computed it."""
+    runs = [outcome.breakdown for outcome in outcomes if outcome.breakdown is not None]
+    if not runs:
+        return None
+    out: dict[str, Any] = {
+        "mark": "right after the last arrival whose cumulative GPU milli is <= capacity",
+        "definitions": {
+            "share_gpu_free_pct": "(a) free compute on GPUs that host at least one share",
+            "share_gpu_free_on_short_pct": "the part of (a) on nodes short of CPU or memory",
+            "share_floor_pct": "LP floor of (a) for the shares this run placed by the mark",
+            "short_node_free_pct": "(b) whole free GPUs on nodes whose free CPU and memory "
+            "fit no GPU pod that arrived by the mark",
+            "other_free_pct": "(c) whole free GPUs on the other nodes",
+            "unallocated_pct": "(a) + (b) + (c), exact in milli",
+            "failed_share_pct": "(d) compute asked by shares that failed by the mark",
+            "failed_gpu_pct": "compute asked by every GPU pod that failed by the mark",
+        },
+    }
+    for part in BREAKDOWN_PARTS:
+        out[f"{part}_pct"] = _cell(
+            [round(run["milli"][part] / run["capacity_milli"] * 100.0, 4) for run in runs]
+        )
+    for count in ("failed_shares", "short_nodes", "arrived_pods"):
+        out[count] = _cell([run[count] for run in runs])
+    out["per_seed_milli"] = [run["milli"] for run in runs]
+    out["seconds_per_run"] = [run["seconds"] for run in runs]
     return out
 
 
@@ -171,5 +253,6 @@ def placement_report(
             "frag_amount_pct": [outcome.frag_amount_pct for outcome in outcomes],
         },
         "wall_seconds_per_run": [outcome.wall_seconds for outcome in outcomes],
+        "unallocated_breakdown_at_100": breakdown_summary(outcomes),
         "machine": machine_description(),
     }

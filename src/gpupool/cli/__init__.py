@@ -7,10 +7,11 @@ one-line error that names the option, never a traceback.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,6 +20,9 @@ from gpupool.cli.controlplane import control_plane, install_crds
 from gpupool.cli.devcluster import devcluster_app
 from gpupool.cli.options import SeedsError, fail, parse_seeds
 from gpupool.cli.webhook import webhook_app
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 app = typer.Typer(
     help="gpupool: shared GPUs for Kubernetes, schedulable, isolated, reclaimable, governable.",
@@ -58,6 +62,13 @@ def bench_placement(
     tune_ratio: Annotated[
         float, typer.Option(help="Inflate arrivals to this share of GPU capacity.")
     ] = 1.3,
+    breakdown: Annotated[
+        bool,
+        typer.Option(
+            help="Split unallocated GPUs at arrived = 100% by cause, with the LP floor of the "
+            "placed shares (needs scipy)."
+        ),
+    ] = True,
 ) -> None:
     """Replay an openb trace with the published protocol and report unallocated GPUs."""
     from gpupool.bench.machine import usable_cores
@@ -78,8 +89,16 @@ def bench_placement(
     for option, path in (("--nodes", nodes), ("--pods", pods)):
         if not path.is_file():
             raise fail(f"{option}: no such file {path}")
+    if breakdown and importlib.util.find_spec("scipy") is None:
+        raise fail(
+            "--breakdown: the LP floor needs scipy (pip install 'gpupool[reports]'); "
+            "or pass --no-breakdown"
+        )
     workers = jobs if jobs > 0 else usable_cores()
-    placement_jobs = [PlacementJob(nodes, pods, policy, seed, tune_ratio) for seed in seed_list]
+    placement_jobs = [
+        PlacementJob(nodes, pods, policy, seed, tune_ratio, breakdown=breakdown)
+        for seed in seed_list
+    ]
     from gpupool.sim.trace import TraceFormatError
 
     try:
@@ -117,8 +136,34 @@ def _print_placement(report: dict[str, Any]) -> None:
         table.add_row(pct, _mean_sd(cell), _mean_sd(report["frag_amount_pct"][pct]))
     console = Console()
     console.print(table)
+    if report["unallocated_breakdown_at_100"] is not None:
+        console.print(_breakdown_table(report["unallocated_breakdown_at_100"]))
     walls = sorted(report["wall_seconds_per_run"])
     console.print(f"wall seconds per run: median {walls[len(walls) // 2]:.2f}, max {walls[-1]:.2f}")
+
+
+BREAKDOWN_ROWS = (
+    ("share_gpu_free_pct", "(a) free on GPUs hosting shares"),
+    ("share_gpu_free_on_short_pct", "    of which on nodes short of CPU/memory"),
+    ("share_floor_pct", "    LP floor of (a) for the placed shares"),
+    ("short_node_free_pct", "(b) whole GPUs on nodes short of CPU/memory"),
+    ("other_free_pct", "(c) other whole free GPUs"),
+    ("unallocated_pct", "unallocated = (a) + (b) + (c)"),
+    ("failed_share_pct", "(d) failed share volume"),
+    ("failed_gpu_pct", "    failed GPU volume, all pods"),
+)
+
+
+def _breakdown_table(section: dict[str, Any]) -> Table:
+    from rich.table import Table
+
+    table = Table(title="Unallocated GPUs at arrived = 100%, by cause (% of capacity)")
+    table.add_column("part")
+    table.add_column("mean ± sd", justify="right")
+    for key, label in BREAKDOWN_ROWS:
+        table.add_row(label, _mean_sd(section[key]))
+    table.add_row("failed shares (count)", _mean_sd(section["failed_shares"]))
+    return table
 
 
 def _mean_sd(cell: dict[str, Any]) -> str:
