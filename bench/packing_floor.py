@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from gpupool.bench.provenance import provenance
 from gpupool.cli.options import parse_seeds
 from gpupool.core.model import MILLI_PER_GPU, PodSpec
 from gpupool.sim.protocol import seeded_run
@@ -134,7 +135,7 @@ def main() -> None:
         )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+        args.json.write_text(json.dumps({**provenance(), **out}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

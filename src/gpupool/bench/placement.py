@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from gpupool.bench.machine import machine_description
+from gpupool.bench.provenance import provenance
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
 from gpupool.sim.metrics import REPORTED_ARRIVED_PCT, bin_by_arrival
@@ -151,7 +151,7 @@ def run_seeds(
 def placement_report(
     jobs: Sequence[PlacementJob], outcomes: Sequence[SeedOutcome]
 ) -> dict[str, Any]:
-    """The benchmark JSON: summary at the reported loads, curves, timings and the machine."""
+    """The benchmark JSON: summary at the reported loads, curves, timings and provenance."""
     first = jobs[0]
     return {
         "policy": first.policy,
@@ -171,5 +171,5 @@ def placement_report(
             "frag_amount_pct": [outcome.frag_amount_pct for outcome in outcomes],
         },
         "wall_seconds_per_run": [outcome.wall_seconds for outcome in outcomes],
-        "machine": machine_description(),
+        **provenance(),
     }
