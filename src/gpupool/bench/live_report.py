@@ -81,7 +81,7 @@ def compare(ours: list[float | None], theirs: list[float | None]) -> dict[str, A
     relation = "level with" if verdict == "level" else f"{verdict} than"
     out["words"] = (
         f"gpupool is {relation} kube-scheduler: medians {median_a:.1f} and {median_b:.1f} pods/s "
-        f"differ by {abs(difference):.1f}, {'less' if verdict == 'level' else 'not less'} than "
+        f"differ by {abs(difference):.1f}, {'less than' if verdict == 'level' else 'at least'} "
         f"the spread of {spread:.1f}"
     )
     return out
