@@ -196,6 +196,7 @@ def main() -> int:
         parser.error("--pods: more one-GPU pods than GPUs")
 
     bin_dir = find_binaries()
+    measured = provenance(bin_dir)  # before the run: the code that ran, not what came after
     why_not_gpupool = gpupool_scheduler_available() if args.scheduler != KUBE_SCHEDULER else None
     if args.scheduler == GPUPOOL and why_not_gpupool is not None:
         parser.error(f"--scheduler: gpupool cannot run: {why_not_gpupool}")
@@ -242,7 +243,7 @@ def main() -> int:
         choice = f"gpupool not available ({why_not_gpupool}); kube-scheduler instead"
     report: dict[str, Any] = {
         "benchmark": "control_plane_memory",
-        **provenance(bin_dir),
+        **measured,
         "nodes": args.nodes,
         "pods": args.pods,
         "gpus_per_node": args.gpus_per_node,

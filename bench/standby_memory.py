@@ -22,7 +22,8 @@ What it does, on one local control plane (etcd, kube-apiserver, kwok):
 6. ``VmRSS`` of the standby is read every ``--interval`` seconds throughout.
 
 Reported: RSS at start, at the end (after ``--settle`` quiet seconds), the maximum, and the
-least-squares slope of RSS against updates sent, in MiB per 10,000 updates; the Lease's holder
+least-squares slope of RSS against updates sent, in MiB per 10,000 updates (and against pods
+created, since what a replica keeps per pod grows with pods, not patches); the Lease's holder
 at the end proves the replica stayed standby. It is a benchmark, not a test: it prints numbers
 and writes JSON with the git commit.
 
@@ -206,7 +207,8 @@ async def measure(plane: LocalControlPlane, args: argparse.Namespace) -> dict[st
         lease = await api.get(elector.path)
         return {
             "rss_mib": {"start": start, "end": end, "max": _max_rss(series, start, end)},
-            "slope_mib_per_10k_updates": _slope(series),
+            "slope_mib_per_10k_updates": _slope(series, "updates"),
+            "slope_mib_per_10k_pods_created": _slope(series, "created"),
             "updates": {
                 "patches": work.updates,
                 "creates": work.creates - args.pods,
@@ -238,7 +240,12 @@ async def sample(
 ) -> None:
     while True:
         series.append(
-            {"t": round(time.monotonic() - t0, 1), "updates": work.updates, "rss_mib": rss_mib(pid)}
+            {
+                "t": round(time.monotonic() - t0, 1),
+                "updates": work.updates,
+                "created": work.creates - work.args.pods,
+                "rss_mib": rss_mib(pid),
+            }
         )
         await asyncio.sleep(interval)
 
@@ -249,9 +256,9 @@ def _max_rss(series: list[dict[str, float | None]], *more: float | None) -> floa
     return max(present) if present else None
 
 
-def _slope(series: list[dict[str, float | None]]) -> float | None:
-    """Least-squares MiB per 10,000 updates over the samples taken while updates flowed."""
-    points = [(s["updates"], s["rss_mib"]) for s in series if s["rss_mib"] is not None]
+def _slope(series: list[dict[str, float | None]], per: str) -> float | None:
+    """Least-squares MiB per 10,000 of ``per`` (``updates``, ``created``) over the samples."""
+    points = [(s[per], s["rss_mib"]) for s in series if s["rss_mib"] is not None]
     xs = [float(x or 0) for x, _ in points]
     if len(set(xs)) < 2:
         return None
@@ -280,6 +287,7 @@ def main() -> int:
         parser.error("--pods: pods + 2 x churn must fit on nodes x gpus-per-node GPUs")
 
     bin_dir = find_binaries()
+    measured = provenance(bin_dir)  # before the run: the code that ran, not what came after
     started = time.time()
     outcome: dict[str, Any] = {}
     error: str | None = None
@@ -296,7 +304,7 @@ def main() -> int:
     stayed_standby = outcome.get("lease_at_end", {}).get("holder") == HOLDER
     report: dict[str, Any] = {
         "benchmark": "standby_memory",
-        **provenance(bin_dir),
+        **measured,
         "nodes": args.nodes,
         "gpus_per_node": args.gpus_per_node,
         "pods": args.pods,
@@ -334,7 +342,8 @@ def table(report: dict[str, Any]) -> str:
             f"{'RSS at start (after list)':>28}  {rss['start']} MiB",
             f"{'RSS at end':>28}  {rss['end']} MiB",
             f"{'RSS max':>28}  {rss['max']} MiB",
-            f"{'slope':>28}  {report['slope_mib_per_10k_updates']} MiB per 10,000 updates",
+            f"{'slope':>28}  {report['slope_mib_per_10k_updates']} MiB per 10,000 updates, "
+            f"{report['slope_mib_per_10k_pods_created']} MiB per 10,000 pods created",
             f"{'Lease holder at end':>28}  {report['lease_at_end']['holder']}",
         ]
     if report["error"]:

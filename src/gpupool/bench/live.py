@@ -43,7 +43,7 @@ from gpupool.bench.live_setup import (
     phase_label,
 )
 from gpupool.bench.procstats import peak_rss_mib
-from gpupool.bench.provenance import source_state
+from gpupool.bench.provenance import provenance, source_state
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.devcluster.processes import StartError
 from gpupool.kube.api import ApiError, KubeAPI
@@ -120,6 +120,7 @@ def run_live(config: LiveConfig, log: Log) -> dict[str, Any]:
                 f"the gpupool scheduler cannot run: {missing}; "
                 "use --schedulers kube-scheduler to measure kube-scheduler alone"
             )
+    measured = provenance(bin_dir)
     started = time.time()
     runs: list[dict[str, Any]] = []
     disturbed: list[dict[str, Any]] = []
@@ -146,7 +147,7 @@ def run_live(config: LiveConfig, log: Log) -> dict[str, Any]:
             disturbed.append(run)
             continue
         runs.append(run)
-    report = live_report(config, runs, bin_dir)
+    report = live_report(config, runs, measured)
     report["disturbed_runs"] = disturbed
     report["started"] = iso(started)
     report["finished"] = iso(time.time())

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import statistics
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpupool.bench.live_setup import (
@@ -22,7 +21,6 @@ from gpupool.bench.live_setup import (
     SCHEDULERS,
     kube_nodes_to_find,
 )
-from gpupool.bench.provenance import provenance
 from gpupool.kube.vocabulary import RESOURCE_GPU, SCHEDULER_NAME
 
 if TYPE_CHECKING:
@@ -63,19 +61,20 @@ def compare(ours: list[float | None], theirs: list[float | None]) -> dict[str, A
         out["verdict"] = "undecided"
         out["words"] = "undecided: fewer than two complete runs of a scheduler"
         return out
-    median_a, median_b = statistics.median(a), statistics.median(b)
-    range_a, range_b = max(a) - min(a), max(b) - min(b)
+    # rounded first, so the words and the JSON agree with each other to the last digit
+    median_a, median_b = round(statistics.median(a), 1), round(statistics.median(b), 1)
+    range_a, range_b = round(max(a) - min(a), 1), round(max(b) - min(b), 1)
     spread = max(range_a, range_b)
-    difference = median_a - median_b
+    difference = round(median_a - median_b, 1)
     verdict = "level" if abs(difference) < spread else "faster" if difference > 0 else "slower"
     out.update(
-        gpupool_median=round(median_a, 1),
-        kube_scheduler_median=round(median_b, 1),
-        difference=round(difference, 1),
+        gpupool_median=median_a,
+        kube_scheduler_median=median_b,
+        difference=difference,
         difference_pct=round(100 * difference / median_b, 1) if median_b else None,
-        gpupool_range=round(range_a, 1),
-        kube_scheduler_range=round(range_b, 1),
-        spread=round(spread, 1),
+        gpupool_range=range_a,
+        kube_scheduler_range=range_b,
+        spread=spread,
         verdict=verdict,
     )
     relation = "level with" if verdict == "level" else f"{verdict} than"
@@ -87,13 +86,18 @@ def compare(ours: list[float | None], theirs: list[float | None]) -> dict[str, A
     return out
 
 
-def live_report(config: LiveConfig, runs: list[dict[str, Any]], bin_dir: Path) -> dict[str, Any]:
-    """The JSON report: provenance, medians over runs, the verdict, every run, the setup."""
+def live_report(
+    config: LiveConfig, runs: list[dict[str, Any]], measured: dict[str, Any]
+) -> dict[str, Any]:
+    """The JSON report: provenance, medians over runs, the verdict, every run, the setup.
+
+    ``measured`` is :func:`gpupool.bench.provenance.provenance` taken before the first run.
+    """
 
     def per_run(scheduler: str, key: str) -> list[float | None]:
         return [run["phases"].get(scheduler, {}).get(key) for run in runs]
 
-    report: dict[str, Any] = {"benchmark": "live_throughput", **provenance(bin_dir)}
+    report: dict[str, Any] = {"benchmark": "live_throughput", **measured}
     report.update(nodes=config.nodes, pods=config.pods, gpus_per_node=config.gpus_per_node)
     report["runs"] = len(runs)
     report["orders"] = [run.get("order") for run in runs]

@@ -55,7 +55,7 @@ def test_odd_runs_are_fine_for_one_scheduler_and_four_is_the_default() -> None:
         ([300.0, 310.0, 305.0, 302.0], [200.0, 210.0, 205.0, 202.0], "faster", 10.0),
         ([200.0, 210.0, 205.0, 202.0], [300.0, 310.0, 305.0, 302.0], "slower", 10.0),
         # a difference exactly the spread is not "less than" it
-        ([100.0, 110.0], [120.0, 130.0], "slower", 10.0),
+        ([100.0, 110.0], [110.0, 120.0], "slower", 10.0),
         ([100.0, None, 110.0], [105.0, 106.0], "level", 10.0),
     ],
 )
