@@ -8,8 +8,8 @@ STAMP := $(VENV)/.installed
 TRACE_DIR ?= ../shared/data/openb
 export GPUPOOL_TRACE_DIR ?= $(TRACE_DIR)
 
-.PHONY: demo test lint unit venv bench-speed bench-matrix bench-live bench-memory dev-cluster \
-	control-plane clean
+.PHONY: demo test lint unit venv bench-speed bench-matrix bench-live bench-memory \
+	bench-standby-memory dev-cluster control-plane clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,15 +48,21 @@ bench-matrix: $(STAMP)
 control-plane:
 	scripts/build-control-plane.sh
 
-# gpupool against kube-scheduler on one local control plane: 1,000 kwok nodes, 5,000 pods, 3 runs
+# gpupool against kube-scheduler on one local control plane: 1,000 kwok nodes, 5,000 pods,
+# 4 runs in ABBA order (each scheduler goes first in half of them)
 bench-live: $(STAMP)
 	GPUPOOL_CONTROLPLANE_BIN="$$(scripts/build-control-plane.sh)" \
-		$(BIN)/python bench/live_throughput.py --runs 3 --json out/bench/live_throughput.json
+		$(BIN)/python bench/live_throughput.py --runs 4 --json out/bench/live_throughput.json
 
 # Peak memory of etcd, kube-apiserver, kwok and the scheduler with 5,000 nodes and 50,000 pods
 bench-memory: $(STAMP)
 	GPUPOOL_CONTROLPLANE_BIN="$$(scripts/build-control-plane.sh)" \
 		$(BIN)/python bench/control_plane_memory.py --json out/bench/control_plane_memory.json
+
+# RSS of a standby gpupool replica fed 50,000 pod updates while the bench holds the Lease
+bench-standby-memory: $(STAMP)
+	GPUPOOL_CONTROLPLANE_BIN="$$(scripts/build-control-plane.sh)" \
+		$(BIN)/python bench/standby_memory.py --json out/bench/standby_memory.json
 
 # A local control plane with 50 fake 8-GPU nodes; prints the kubeconfig; Ctrl-C stops it
 dev-cluster: $(STAMP)

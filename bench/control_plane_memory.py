@@ -27,22 +27,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpupool.bench.live import (
+from gpupool.bench.binds import BindTimes
+from gpupool.bench.live_setup import (
     GPUPOOL,
     GPUPOOL_PROCESS,
     KUBE_SCHEDULER,
-    BindWatcher,
     bench_nodes,
-    binary_versions,
     create_namespace,
     create_pods,
     gpupool_scheduler_available,
     pod_manifest,
-    proc_cpu_seconds,
-    proc_status_kib,
     start_scheduler,
 )
-from gpupool.bench.machine import machine_description
+from gpupool.bench.procstats import proc_cpu_seconds, proc_status_kib
+from gpupool.bench.provenance import provenance
 from gpupool.devcluster.binaries import find_binaries
 from gpupool.devcluster.controlplane import LocalControlPlane, SchedulerClient
 from gpupool.devcluster.fakenodes import create_nodes
@@ -125,9 +123,9 @@ async def workload(
 
         sampler.phase = "scheduler-start"
         await create_namespace(api, NAMESPACE)
-        watcher = BindWatcher(api, NAMESPACE, args.pods)
+        watcher = BindTimes(api, NAMESPACE, args.pods)
         watch = asyncio.create_task(watcher.run())
-        await asyncio.wait_for(watcher.watching.wait(), 60)
+        await asyncio.wait_for(watcher.synced.wait(), 60)
         client = SchedulerClient(qps=5000, burst=5000)
         await asyncio.to_thread(start_scheduler, plane, scheduler, client)
         process_name = GPUPOOL_PROCESS if scheduler == GPUPOOL else KUBE_SCHEDULER
@@ -198,6 +196,7 @@ def main() -> int:
         parser.error("--pods: more one-GPU pods than GPUs")
 
     bin_dir = find_binaries()
+    measured = provenance(bin_dir)  # before the run: the code that ran, not what came after
     why_not_gpupool = gpupool_scheduler_available() if args.scheduler != KUBE_SCHEDULER else None
     if args.scheduler == GPUPOOL and why_not_gpupool is not None:
         parser.error(f"--scheduler: gpupool cannot run: {why_not_gpupool}")
@@ -244,6 +243,7 @@ def main() -> int:
         choice = f"gpupool not available ({why_not_gpupool}); kube-scheduler instead"
     report: dict[str, Any] = {
         "benchmark": "control_plane_memory",
+        **measured,
         "nodes": args.nodes,
         "pods": args.pods,
         "gpus_per_node": args.gpus_per_node,
@@ -267,8 +267,6 @@ def main() -> int:
         "sampling": {"interval_seconds": args.interval, "samples": sampler.samples},
         "concurrency": args.concurrency,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "machine": machine_description(),
-        "binaries": binary_versions(bin_dir),
         "series": sampler.series,
     }
     if args.json is not None:

@@ -36,6 +36,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from gpupool.bench.provenance import provenance
 from gpupool.cli.options import parse_seeds
 from gpupool.core.model import MILLI_PER_GPU, PodSpec
 from gpupool.sim.packing_lp import share_floor_milli, share_sizes
@@ -85,7 +86,7 @@ def main() -> None:
         )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+        args.json.write_text(json.dumps({**provenance(), **out}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

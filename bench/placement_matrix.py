@@ -23,13 +23,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpupool.bench.machine import machine_description, usable_cores
+from gpupool.bench.machine import usable_cores
 from gpupool.bench.placement import (
     PlacementJob,
     placement_report,
     run_seeds,
 )
 from gpupool.bench.plot import plot_unallocated
+from gpupool.bench.provenance import provenance
 from gpupool.cli.options import parse_seeds
 
 TRACES = (
@@ -147,7 +148,7 @@ def main() -> None:
             cells.append(cell)
             if trace == "default":
                 curves[policy] = report["curves"]["unallocated_pct"]
-    summary = {"seeds": seeds, "cells": cells, "machine": machine_description()}
+    summary = {"seeds": seeds, "cells": cells, **provenance()}
     (args.out / "matrix.json").write_text(json.dumps(summary, indent=1) + "\n")
     (args.out / "matrix.md").write_text(markdown(cells, traces, policies))
     if curves:

@@ -18,8 +18,8 @@ import pstats
 import statistics
 from pathlib import Path
 
-from gpupool.bench.machine import machine_description
 from gpupool.bench.placement import PlacementJob, run_job
+from gpupool.bench.provenance import provenance
 from gpupool.scheduling.registry import PUBLISHED
 
 TRACE_DIR = Path("../shared/data/openb")
@@ -65,7 +65,7 @@ def main() -> None:
                     "seed": args.seed,
                     "repeats": args.repeats,
                     "policies": results,
-                    "machine": machine_description(),
+                    **provenance(),
                     "fgd_profile": profile_text,
                 },
                 indent=1,

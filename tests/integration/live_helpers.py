@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import yaml
 
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
+from gpupool.kube.allocation_check import check_allocations, inventory
 from gpupool.kube.api import KubeAPI
 
 Json = dict[str, Any]
@@ -97,29 +97,15 @@ def pending_reason(pod: Json) -> str:
     return ""
 
 
-def assert_no_gpu_given_twice(pods: Iterable[Json], gpu_memory_mib: int) -> int:
-    """Every live pod's allocation fits its GPUs; whole GPUs are exclusive. Returns GPUs used."""
-    milli: dict[tuple[str, int], int] = defaultdict(int)
-    memory: dict[tuple[str, int], int] = defaultdict(int)
-    whole: dict[tuple[str, int], list[str]] = defaultdict(list)
-    for pod in pods:
-        if pod["status"].get("phase") in ("Succeeded", "Failed") or not pod["spec"].get("nodeName"):
-            continue
-        record = pod_allocation(pod)
-        assert record is not None, f"{pod['metadata']['name']} bound without an allocation"
-        assert record["node"] == pod["spec"]["nodeName"]
-        for gpu in record["gpus"]:
-            key = (record["node"], gpu["index"])
-            milli[key] += gpu["milli"]
-            memory[key] += gpu_memory_mib if record["kind"] == "whole" else gpu["memoryMib"]
-            if record["kind"] == "whole":
-                whole[key].append(pod["metadata"]["name"])
-    for key, total in milli.items():
-        assert total <= 1000, f"GPU {key} given {total} milli"
-        assert memory[key] <= gpu_memory_mib, f"GPU {key} given {memory[key]} MiB"
-        assert len(whole[key]) <= 1, f"GPU {key} given whole to {whole[key]}"
-        assert not whole[key] or total == 1000, f"GPU {key} whole and shared"
-    return len(milli)
+async def assert_no_gpu_given_twice(api: KubeAPI, pods: Iterable[Json]) -> int:
+    """The shared checker's rules hold for these pods on the cluster's nodes; GPUs in use.
+
+    See :mod:`gpupool.kube.allocation_check`: no GPU over 1000 milli or its memory, whole GPUs
+    exclusive, every bound pod with a record naming its node.
+    """
+    check = check_allocations(pods, inventory(await api.list_items("/api/v1/nodes")))
+    assert check.ok, check.message()
+    return check.gpus_used
 
 
 @dataclass

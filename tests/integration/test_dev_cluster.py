@@ -2,7 +2,7 @@
 
 The dev cluster must give Ready GPU nodes, and a Ctrl-C or SIGTERM must leave no etcd,
 kube-apiserver, kwok or kube-scheduler behind. The live bench must bind every pod with both
-schedulers and its allocation check must catch a GPU handed out twice.
+schedulers, in ABBA order, and check every gpupool allocation.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.bench.live import check_allocations, kube_nodes_to_find
+from gpupool.bench.live_setup import kube_nodes_to_find
 from gpupool.kube.api import ApiError, KubeAPI
 
 pytestmark = pytest.mark.integration
@@ -228,6 +228,7 @@ async def test_dev_cluster_up_serves_ready_gpu_nodes_and_stops_cleanly(
         (["bench", "live", "--pods", "0"], "--pods"),
         (["bench", "live", "--nodes", "2", "--pods", "17"], "--pods"),
         (["bench", "live", "--schedulers", "volcano"], "--schedulers"),
+        (["bench", "live", "--runs", "3"], "--runs"),
     ],
 )
 def test_bad_options_fail_with_one_line_naming_the_option(args: list[str], option: str) -> None:
@@ -238,10 +239,10 @@ def test_bad_options_fail_with_one_line_naming_the_option(args: list[str], optio
     assert "Traceback" not in done.stderr
 
 
-def test_bench_live_binds_every_pod_with_both_schedulers(tmp_path: Path) -> None:
+def test_bench_live_binds_every_pod_with_both_schedulers_in_abba_order(tmp_path: Path) -> None:
     out = tmp_path / "live.json"
     done = gpupool(
-        "bench", "live", "--nodes", "3", "--pods", "20", "--runs", "1", "--json", str(out),
+        "bench", "live", "--nodes", "3", "--pods", "20", "--runs", "2", "--json", str(out),
         "--timeout", "120",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -249,65 +250,29 @@ def test_bench_live_binds_every_pod_with_both_schedulers(tmp_path: Path) -> None
     assert report["gpupool_pods_per_second"] > 0
     assert report["kube_scheduler_pods_per_second"] > 0
     assert report["gpupool_allocations_ok"] is True
-    (run,) = report["per_run"]
-    for name in ("gpupool", "kube-scheduler"):
-        phase = run["phases"][name]
-        assert phase["complete"], phase
-        assert phase["bound"] == 20
-        assert phase["node_counts"]["ok"], phase["node_counts"]
-        assert phase["node_counts"]["max_pods_on_a_node"] <= 8
-        assert phase["seconds_to_first_bind"] <= phase["seconds_to_last_bind"]
-    allocations = run["phases"]["gpupool"]["allocations"]
-    assert allocations["pods_checked"] == 20
-    assert allocations["gpus_allocated"] == 20
-    assert report["setup"]["kube_scheduler"]["qps"] == 5000
+    assert report["orders"] == [["gpupool", "kube-scheduler"], ["kube-scheduler", "gpupool"]]
+    assert set(report["source"]) == {"commit", "dirty"}
+    assert report["comparison"]["verdict"] in ("level", "faster", "slower")
+    assert report["comparison"]["words"] in done.stdout
+    for run in report["per_run"]:
+        assert run["order"] in report["orders"]
+        for name in ("gpupool", "kube-scheduler"):
+            phase = run["phases"][name]
+            assert phase["complete"], phase
+            assert phase["bound"] == 20
+            assert phase["node_counts"]["ok"], phase["node_counts"]
+            assert phase["node_counts"]["max_pods_on_a_node"] <= 8
+            assert phase["seconds_to_first_bind"] <= phase["seconds_to_last_bind"]
+        allocations = run["phases"]["gpupool"]["allocations"]
+        assert allocations["pods_checked"] == 20
+        assert allocations["records_checked"] == 20
+        assert allocations["gpus_used"] == 20
+    setup = report["setup"]
+    assert setup["gpupool"]["nodeSelector"] == {"bench": "gpupool"}
+    assert setup["kube_scheduler"]["nodeSelector"] == {"bench": "kube"}
+    assert setup["kube_scheduler"]["qps"] == 5000
     assert "gpupool" in done.stdout
     assert "kube-scheduler" in done.stdout
-
-
-def _pod(name: str, node: str | None, annotation: str | None) -> dict[str, object]:
-    annotations = {"gpupool.io/allocation": annotation} if annotation is not None else {}
-    return {"metadata": {"name": name, "annotations": annotations}, "spec": {"nodeName": node}}
-
-
-def _record(node: str, *indexes: int) -> str:
-    gpus = [{"index": i, "uuid": f"GPU-{node}-{i}", "milli": 1000} for i in indexes]
-    return json.dumps({"node": node, "kind": "whole", "gpus": gpus})
-
-
-INVENTORY = {"n1": [f"GPU-n1-{i}" for i in range(2)], "n2": [f"GPU-n2-{i}" for i in range(2)]}
-
-
-def test_allocation_check_passes_distinct_gpus() -> None:
-    pods = [_pod("a", "n1", _record("n1", 0)), _pod("b", "n1", _record("n1", 1))]
-    report = check_allocations(pods, INVENTORY)
-    assert report["ok"]
-    assert report["gpus_allocated"] == 2
-
-
-def test_allocation_check_catches_each_kind_of_wrong_record() -> None:
-    pods = [
-        _pod("a", "n1", _record("n1", 0)),
-        _pod("b", "n1", _record("n1", 0)),  # same GPU again
-        _pod("c", "n2", None),  # no record
-        _pod("d", "n2", _record("n1", 1)),  # record names another node
-        _pod("e", "n2", _record("n2", 0, 1)),  # two GPUs for a one-GPU pod
-        _pod("f", "n2", _record("n2", 7)),  # no such GPU
-        _pod("g", "n2", "{not json"),
-        _pod("h", None, None),
-        _pod("i", "n1", json.dumps({"node": "n1", "gpus": [{"index": 1, "uuid": "GPU-x"}]})),
-    ]
-    report = check_allocations(pods, INVENTORY)
-    assert not report["ok"]
-    assert report["gpus_given_twice"] == 2
-    assert report["gpus_given_twice_examples"] == {"n1/0": ["a", "b"], "n2/1": ["d", "e"]}
-    assert report["missing_annotation"] == 1
-    assert report["node_mismatch"] == 1
-    assert report["wrong_gpu_count"] == 1
-    assert report["unknown_gpu"] == 1
-    assert report["unreadable_annotation"] == 1
-    assert report["unbound"] == 1
-    assert report["uuid_mismatch"] == 2  # d (n1's UUID on n2) and i
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,6 @@ from .live_helpers import (
     wait_for,
 )
 
-H100_MIB = 81559
-
 
 async def _settled(api: KubeAPI, namespace: str, expected: int) -> bool:
     """Every pod is bound, or pending with a reason the scheduler wrote."""
@@ -79,7 +77,7 @@ async def test_whole_shared_and_model_constrained_pods_get_correct_allocations(
     notes = [e["note"] for e in events["items"] if e["reason"] == "FailedScheduling"]
     assert notes
     assert "nodes are available" in notes[0]
-    assert_no_gpu_given_twice(by_name.values(), H100_MIB)
+    await assert_no_gpu_given_twice(api, by_name.values())
 
 
 async def test_deleted_or_finished_pods_free_their_gpus_for_the_next_pod(
@@ -139,11 +137,11 @@ async def test_sigkill_in_a_burst_loses_nothing_and_gives_no_share_twice(
     schedulers.kill("first")
     await creating
     before = await list_pods(api, namespace)
-    assert_no_gpu_given_twice(before, H100_MIB)
+    await assert_no_gpu_given_twice(api, before)
     schedulers.start("second")
     await wait_for(lambda: _settled(api, namespace, 2000), 240, "all 2000 pods settled", 1.0)
     after = await list_pods(api, namespace)
-    used = assert_no_gpu_given_twice(after, H100_MIB)
+    used = await assert_no_gpu_given_twice(api, after)
     bound = [p for p in after if p["spec"].get("nodeName")]
     assert used == 320, "every GPU should be in use: there are more pods than room"
     assert 320 <= len(bound) < 2000
@@ -176,4 +174,4 @@ async def test_two_replicas_only_the_leader_binds_and_the_standby_takes_over(
     pods = await list_pods(api, namespace)
     later = [p for p in pods if p["metadata"]["name"].startswith("b")]
     assert {pod_allocation(p)["scheduler"] for p in later} == {"beta"}  # type: ignore[index]
-    assert assert_no_gpu_given_twice(pods, H100_MIB) == 24
+    assert await assert_no_gpu_given_twice(api, pods) == 24

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from gpupool.bench.machine import machine_description
+from gpupool.bench.provenance import provenance
 from gpupool.core.model import MILLI_PER_GPU, PodSpec
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
@@ -233,7 +233,7 @@ def run_seeds(
 def placement_report(
     jobs: Sequence[PlacementJob], outcomes: Sequence[SeedOutcome]
 ) -> dict[str, Any]:
-    """The benchmark JSON: summary at the reported loads, curves, timings and the machine."""
+    """The benchmark JSON: summary at the reported loads, curves, timings and provenance."""
     first = jobs[0]
     return {
         "policy": first.policy,
@@ -254,5 +254,5 @@ def placement_report(
         },
         "wall_seconds_per_run": [outcome.wall_seconds for outcome in outcomes],
         "unallocated_breakdown_at_100": breakdown_summary(outcomes),
-        "machine": machine_description(),
+        **provenance(),
     }

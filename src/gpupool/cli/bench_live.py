@@ -20,7 +20,12 @@ def bench_live(
     nodes: Annotated[int, typer.Option(help="Fresh kwok nodes per phase.")] = 1000,
     pods: Annotated[int, typer.Option(help="One-GPU pods per phase.")] = 5000,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
-    runs: Annotated[int, typer.Option(help="Runs, each on a fresh control plane.")] = 3,
+    runs: Annotated[
+        int,
+        typer.Option(
+            help="Runs, each on a fresh control plane; even, as the order alternates ABBA."
+        ),
+    ] = 4,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
     schedulers: Annotated[
         str, typer.Option(help="Phases to run, in order: gpupool,kube-scheduler.")
@@ -40,13 +45,10 @@ def bench_live(
 ) -> None:
     """Bind throughput of gpupool and kube-scheduler on one real local control plane."""
     try:
-        from gpupool.bench.live import (
-            LiveBenchError,
-            LiveConfig,
-            format_table,
-            report_ok,
-            run_live,
-        )
+        from gpupool.bench.live import run_live
+        from gpupool.bench.live_config import LiveConfig
+        from gpupool.bench.live_report import format_table, report_ok
+        from gpupool.bench.live_setup import LiveBenchError
         from gpupool.devcluster.binaries import MissingBinariesError
     except ImportError as exc:
         raise fail(
