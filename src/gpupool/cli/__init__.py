@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from gpupool.cli.agent import agent
 from gpupool.cli.bench_live import bench_live
 from gpupool.cli.controlplane import control_plane, install_crds
 from gpupool.cli.devcluster import devcluster_app
@@ -31,6 +32,7 @@ app.command("control-plane")(control_plane)
 app.command("install-crds")(install_crds)
 app.add_typer(devcluster_app, name="dev-cluster")
 bench_app.command("live")(bench_live)
+app.command("agent")(agent)
 
 TRACE_DIR_ENV = "GPUPOOL_TRACE_DIR"
 DEFAULT_TRACE_DIR = Path("../shared/data/openb")
