@@ -85,12 +85,17 @@ class PluginHost:
         self._servers[resource] = server
 
     async def stop(self) -> None:
-        """Stop every server (ListAndWatch streams end) and remove the sockets."""
-        servers, self._servers = self._servers, {}
-        await asyncio.gather(*(server.stop(grace=1) for server in servers.values()))
-        for resource in servers:
-            (self.plugin_dir / socket_name(resource)).unlink(missing_ok=True)
+        """Stop every server (ListAndWatch streams end) and remove the sockets.
+
+        A server leaves the table only once stopped, so a cancellation in the middle (the agent
+        shutting down while it re-registers) leaves the rest for the next call to stop.
+        """
         self._registered_with = None
+        while self._servers:
+            resource, server = next(iter(self._servers.items()))
+            await server.stop(grace=None)
+            del self._servers[resource]
+            (self.plugin_dir / socket_name(resource)).unlink(missing_ok=True)
 
     def _current(self) -> bool:
         kubelet = _identity(self.plugin_dir / KUBELET_SOCKET)
