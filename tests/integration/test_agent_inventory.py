@@ -112,3 +112,32 @@ async def test_pods_are_read_from_the_api_server(api: KubeAPI, namespace: str) -
     assert pod is not None
     assert pod.metadata.annotations["gpupool.io/allocation"] == "{}"
     assert await pods.get(namespace, "missing") is None
+
+
+async def test_deploy_manifests_are_accepted_by_the_api_server(api: KubeAPI) -> None:
+    import yaml
+
+    repo = Path(__file__).resolve().parents[2]
+    paths = {
+        "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        "ServiceAccount": "/api/v1/namespaces/kube-system/serviceaccounts",
+        "DaemonSet": "/apis/apps/v1/namespaces/kube-system/daemonsets",
+    }
+    kinds = []
+    for name in ("agent-rbac.yaml", "agent-daemonset.yaml"):
+        for document in yaml.safe_load_all((repo / "deploy" / name).read_text()):
+            await api.request(
+                "POST", paths[document["kind"]], body=document, params={"dryRun": "All"}
+            )
+            kinds.append(document["kind"])
+            if document["kind"] == "DaemonSet":
+                spec = document["spec"]["template"]["spec"]
+                assert spec["priorityClassName"] == "system-node-critical"
+                host_paths = {v["hostPath"]["path"] for v in spec["volumes"]}
+                assert {
+                    "/var/lib/kubelet/device-plugins",
+                    "/var/lib/kubelet/pod-resources",
+                    "/var/run/cdi",
+                } <= host_paths
+    assert sorted(kinds) == sorted(paths)
