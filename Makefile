@@ -9,7 +9,7 @@ TRACE_DIR ?= ../shared/data/openb
 export GPUPOOL_TRACE_DIR ?= $(TRACE_DIR)
 
 .PHONY: demo test lint unit venv bench-speed bench-matrix bench-live bench-memory dev-cluster \
-	control-plane clean
+	control-plane clean test-kubelet
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ unit: $(STAMP)
 	GPUPOOL_CONTROLPLANE_BIN="$$(scripts/build-control-plane.sh)" $(BIN)/pytest
 
 test: lint unit
+
+# gpupool's node agent under a real kubelet (built once, about 12 minutes; needs root)
+test-kubelet: $(STAMP)
+	GPUPOOL_CONTROLPLANE_BIN="$$(scripts/build-control-plane.sh)" \
+		GPUPOOL_KUBELET_BIN="$$(scripts/build-kubelet.sh)" \
+		$(BIN)/pytest tests/integration/test_agent_real_kubelet.py -m real_kubelet
 
 bench-speed: $(STAMP)
 	$(BIN)/python bench/placement_speed.py --profile --json out/bench/placement_speed.json

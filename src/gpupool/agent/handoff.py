@@ -19,8 +19,8 @@ never guesses:
    spec: it fails to start with the agent's message, it never runs with a guessed GPU.
 
 The token map is persisted (a restarted agent keeps serving PreStart for containers that
-restart) and reconciled with PodResources: a token whose devices no container holds any more
-is removed with its spec, after a grace period for tokens the kubelet has not recorded yet.
+restart) and reconciled with PodResources: a token whose devices no container has held for
+:data:`COLLECT_AFTER_SECONDS` is removed with its spec.
 """
 
 from __future__ import annotations
@@ -48,8 +48,15 @@ from gpupool.kube.records import PodRecord
 log = logging.getLogger(__name__)
 
 STATE_FILE = "handoff.json"
-UNRECORDED_GRACE_SECONDS = 300.0
-"""How long a token may wait for the kubelet to record its devices before it is collected."""
+COLLECT_AFTER_SECONDS = 300.0
+"""How long no container may hold a token's devices before the token is collected.
+
+Not zero: a restarted kubelet restores its device assignments from its checkpoint at once but
+lists a pod in PodResources only once it has read the pod from the API server again, so for a
+few seconds after a kubelet restart every running container looks gone. Collecting then would
+delete the specs of running containers, which could not restart afterwards. The same delay
+covers a token the kubelet has not recorded yet (between Allocate and its podDevices write).
+"""
 
 
 class PodSource(Protocol):
@@ -85,12 +92,14 @@ class HandoffConfig:
         cdi_dir: The runtime's CDI spec folder (``/var/run/cdi``).
         state_dir: The agent's own state folder (``/var/lib/gpupool/agent``).
         isolation: Isolation mode and paths.
+        collect_after: Seconds a token's devices must be unheld before it is collected.
     """
 
     node: str
     cdi_dir: Path
     state_dir: Path
     isolation: IsolationConfig = field(default_factory=IsolationConfig)
+    collect_after: float = COLLECT_AFTER_SECONDS
 
 
 class Handoff:
@@ -118,6 +127,7 @@ class Handoff:
         self._inventory = inventory
         self._clock = clock
         self._lock = asyncio.Lock()
+        self._unheld_since: dict[str, float] = {}
         self.tokens: dict[str, TokenEntry] = self._load()
 
     # --- persistence -------------------------------------------------------------------
@@ -199,6 +209,7 @@ class Handoff:
     async def _resolve(self, resource: str, ids: tuple[str, ...], token: str) -> ContainerGrant:
         held = await self._kubelet.held()
         self._collect(held, keep=token)
+        live = {(h.resource, h.device_ids) for h in held}
         holders = [h for h in held if h.resource == resource and h.device_ids == frozenset(ids)]
         if len(holders) != 1:
             raise HandoffRefusedError(
@@ -212,7 +223,7 @@ class Handoff:
                 f"pod {holder.namespace}/{holder.pod} not found in the API server"
             )
         grant = grant_for(pod, holder.container, resource, ids, self.config.node, self._inventory())
-        self._check_capacity(grant, token)
+        self._check_capacity(grant, token, live)
         write_spec(self.config.cdi_dir, token, edits_for(grant, self.config.isolation))
         log.info(
             "handoff %s: pod %s/%s container %s gets %s",
@@ -224,14 +235,22 @@ class Handoff:
         )
         return grant
 
-    def _check_capacity(self, grant: ContainerGrant, token: str) -> None:
-        """Refuse a grant that, with the live grants of other pods, oversubscribes a GPU."""
+    def _check_capacity(
+        self, grant: ContainerGrant, token: str, live: set[tuple[str, frozenset[str]]]
+    ) -> None:
+        """Refuse a grant that, with the live grants of other pods, oversubscribes a GPU.
+
+        Live means held by a container in the kubelet's list right now, so a pod that just
+        ended does not block its successor while its token waits to be collected.
+        """
         memory = {gpu.uuid: gpu.memory_mib for gpu in self._inventory()}
         for wanted in grant.gpus:
             others: dict[str, tuple[int, int, bool]] = {}
             for other_token, entry in self.tokens.items():
                 other = entry.grant
                 if other_token == token or other is None or other.pod_uid == grant.pod_uid:
+                    continue
+                if (entry.resource, frozenset(entry.device_ids)) not in live:
                     continue
                 for gpu in other.gpus:
                     if gpu.uuid == wanted.uuid:
@@ -257,15 +276,18 @@ class Handoff:
     def _collect(self, held: list[HeldDevices], keep: str = "") -> list[str]:
         live = {(h.resource, h.device_ids) for h in held}
         now = self._clock()
-        dead = [
-            token
-            for token, entry in self.tokens.items()
-            if token != keep
-            and (entry.resource, frozenset(entry.device_ids)) not in live
-            and (entry.grant is not None or now - entry.allocated_at > UNRECORDED_GRACE_SECONDS)
-        ]
+        dead = []
+        for token, entry in self.tokens.items():
+            if token == keep or (entry.resource, frozenset(entry.device_ids)) in live:
+                self._unheld_since.pop(token, None)
+                continue
+            since = self._unheld_since.setdefault(token, now)
+            if now - since >= self.config.collect_after:
+                dead.append(token)
         orphans = spec_tokens(self.config.cdi_dir) - set(self.tokens)
         self._drop([*dead, *orphans])
+        for token in dead:
+            self._unheld_since.pop(token, None)
         return dead
 
     async def reconcile(self) -> list[str]:

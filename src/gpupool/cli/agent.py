@@ -48,6 +48,12 @@ def agent(
     usage_period: Annotated[
         float, typer.Option(help="Seconds between idle-signal writes on the Node.")
     ] = 60.0,
+    reconcile_period: Annotated[
+        float, typer.Option(help="Seconds between collections of ended containers' hand-offs.")
+    ] = 30.0,
+    collect_after: Annotated[
+        float, typer.Option(help="Seconds a hand-off's devices must be unheld before collection.")
+    ] = 300.0,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run the node agent: GPU inventory, device plugin, hand-off, isolation, telemetry."""
@@ -70,17 +76,22 @@ def agent(
         raise fail("--metrics-port: must be 0..65535")
     if usage_period <= 0:
         raise fail("--usage-period: must be > 0")
+    if reconcile_period <= 0:
+        raise fail("--reconcile-period: must be > 0")
+    if collect_after < 0:
+        raise fail("--collect-after: must be >= 0")
     try:
         isolation_config = IsolationConfig(mode=isolation, mps_root=mps_root)
     except ValueError as error:
         raise fail(f"--isolation: {error}") from None
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = AgentConfig(
-        handoff=HandoffConfig(node, cdi_dir, state_dir, isolation_config),
+        handoff=HandoffConfig(node, cdi_dir, state_dir, isolation_config, collect_after),
         plugin_dir=plugin_dir,
         max_pods_per_gpu=max_pods_per_gpu,
         publish_allocatable=publish_allocatable,
         usage_period=usage_period,
+        reconcile_period=reconcile_period,
         proc_root=proc_root,
     )
     try:

@@ -9,6 +9,8 @@ what blocked it), so this models, call for call, what kubelet 1.37's device mana
   message as the full device list;
 * on start it deletes every socket in the folder (plugins must notice and re-register) and
   restores device assignments from its checkpoint file, so running pods keep their devices;
+  PodResources lists a pod again only once the kubelet has read it from the API server
+  (:meth:`TestKubelet.readd`), so right after a restart it lists nothing;
 * admitting a container it picks free healthy devices (asking ``GetPreferredAllocation`` when
   offered), marks them allocated, calls ``Allocate`` for that container, records the answer
   (``podDevices``) and checkpoints it; too few devices is an admission error;
@@ -132,7 +134,7 @@ class TestKubelet:
             for (uid, container), resources in self.assigned.items()
             for resource, (ids, answer) in resources.items()
         ]
-        data = {"entries": entries, "pods": self.pods}
+        data = {"entries": entries}
         (self.plugin_dir / CHECKPOINT).write_text(json.dumps(data))
 
     def _restore(self) -> None:
@@ -140,7 +142,7 @@ class TestKubelet:
         if not path.is_file():
             return
         data = json.loads(path.read_text())
-        self.pods = data["pods"]
+        self.pods = {}  # a restarted kubelet lists a pod again only once it read it anew
         self.assigned = {}
         for entry in data["entries"]:
             key = (entry["podUID"], entry["container"])
@@ -192,6 +194,10 @@ class TestKubelet:
             if name == resource
             for device in ids
         }
+
+    def readd(self, pod: dict[str, Any]) -> None:
+        """The restarted kubelet read a running pod from the API server again."""
+        self.pods[pod["metadata"]["uid"]] = pod
 
     async def admit(self, pod: dict[str, Any]) -> None:
         """Admit a pod: allocate devices for each container that asks for a plugin resource.

@@ -14,7 +14,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,9 @@ class DictPods:
     def put(self, pod: dict[str, Any]) -> None:
         self.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
 
+    def by_uid(self, uid: str) -> dict[str, Any]:
+        return next(p for p in self.pods.values() if p["metadata"]["uid"] == uid)
+
     async def get(self, namespace: str, name: str) -> PodRecord | None:
         pod = self.pods.get((namespace, name))
         if pod is None:
@@ -68,18 +71,22 @@ class AgentNode:
     board: DeviceBoard
     slots: int
     isolation: IsolationConfig
+    now: list[float] = field(default_factory=lambda: [1_000_000.0])
     handoff: Handoff | None = None
     host: PluginHost | None = None
     watcher: asyncio.Task[None] | None = None
 
     async def start_agent(self) -> None:
         """Start (or restart) the agent: a new Handoff from the same state folder."""
-        config = HandoffConfig(NODE, self.kubelet.cdi_dir, self.root / "state", self.isolation)
+        config = HandoffConfig(
+            NODE, self.kubelet.cdi_dir, self.root / "state", self.isolation, collect_after=60
+        )
         self.handoff = Handoff(
             config,
             self.pods,
             PodResourcesClient(str(self.kubelet.pod_resources_socket)),
             self.nvml.devices,
+            clock=lambda: self.now[0],
         )
         self.board = DeviceBoard()
         await self.board.update(advertised(self.nvml.devices(), self.slots))

@@ -39,6 +39,8 @@ async def test_agent_restart_keeps_running_pods_and_collects_ended_ones() -> Non
         ended = next(iter(before))
         await node.kubelet.remove_pod(ended)
         assert node.handoff is not None
+        assert await node.handoff.reconcile() == []  # unheld, but not for long enough yet
+        node.now[0] += 61
         dead = await node.handoff.reconcile()
         assert len(dead) == 1
         tokens = spec_tokens(node.kubelet.cdi_dir)
@@ -59,7 +61,14 @@ async def test_kubelet_restart_reregisters_and_recovers_allocations() -> None:
         assert node.host is not None
         assert node.host.registrations == registrations + 1
         assert node.handoff is not None
-        assert await node.handoff.reconcile() == []  # nothing running was collected
+        # the restarted kubelet lists no pod until it read them again: nothing is collected
+        assert await node.handoff.reconcile() == []
+        node.now[0] += 30
+        assert await node.handoff.reconcile() == []
+        for uid in before:
+            node.kubelet.readd(node.pods.by_uid(uid))
+        node.now[0] += 60
+        assert await node.handoff.reconcile() == []
         for uid, env in before.items():
             again = await node.kubelet.start_container(uid, "main")
             assert again.env == env
@@ -72,5 +81,22 @@ async def test_kubelet_restart_reregisters_and_recovers_allocations() -> None:
         for uid in [*before, newcomer["metadata"]["uid"]]:
             await node.kubelet.remove_pod(uid)
         await node.handoff.reconcile()
+        node.now[0] += 61
+        await node.handoff.reconcile()
         assert spec_tokens(node.kubelet.cdi_dir) == set()
         assert node.handoff.tokens == {}
+
+
+async def test_an_ended_pod_does_not_block_its_successor_before_collection() -> None:
+    async with agent_node("h100") as node:
+        await node.kubelet.wait_devices(RESOURCE_GPU, 32)
+        first = share_pod("first", [(3, "GPU-node-a-3")], cores=80, memory_mib=70000)
+        node.pods.put(first)
+        await node.kubelet.admit(first)
+        await node.kubelet.start_container(first["metadata"]["uid"], "main")
+        await node.kubelet.remove_pod(first["metadata"]["uid"])  # its token is not collected yet
+        second = share_pod("second", [(3, "GPU-node-a-3")], cores=60, memory_mib=40000)
+        node.pods.put(second)
+        await node.kubelet.admit(second)
+        started = await node.kubelet.start_container(second["metadata"]["uid"], "main")
+        assert started.env["CUDA_VISIBLE_DEVICES"] == "GPU-node-a-3"
