@@ -1,8 +1,9 @@
 """A test kubelet: the kubelet's device manager and PodResources server, over real gRPC sockets.
 
-A real kubelet could not be run here (see docs/gpu-check.md and the README's agent section for
-what blocked it), so this models, call for call, what kubelet 1.37's device manager
-(``pkg/kubelet/cm/devicemanager``) does with a device plugin:
+The real kubelet runs in ``tests/integration/test_agent_real_kubelet.py`` (``make test-kubelet``:
+it needs root and a 12-minute build). This model of kubelet 1.37's device manager
+(``pkg/kubelet/cm/devicemanager``) runs everywhere in seconds, so the property tests and the
+restart cases can repeat many times. Call for call, it:
 
 * it serves ``v1beta1.Registration`` on ``<dir>/kubelet.sock``; on ``Register`` it dials the
   plugin's socket, reads its options and keeps a ``ListAndWatch`` stream open, taking each
