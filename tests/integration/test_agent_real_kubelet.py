@@ -120,6 +120,7 @@ class RealNode:
                 "--metrics-port=0",
                 "--reconcile-period=1",
                 "--collect-after=10",
+                "--usage-period=1",
             ],
         )
 
@@ -264,6 +265,16 @@ async def test_shares_under_a_real_kubelet(
         assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == str(cores), name
         assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={memory}M", name
         assert f"/dev/nvidia{record['gpus'][0]['index']}" in container["deviceNodes"], name
+
+    # the idle signal on the Node lists every granted pod (fake NVML: no process, 0 % SM)
+    uids = {live[name]["metadata"]["uid"] for name in names}
+
+    async def usage_published() -> bool:
+        annotations = (await _node(api, node.name))["metadata"].get("annotations", {})
+        usage = json.loads(annotations.get("gpupool.io/gpu-usage", '{"pods": {}}'))
+        return set(usage["pods"]) == uids
+
+    await wait_for(usage_published, 60, "the usage signal of the 20 pods on the Node")
 
     # forged and missing records, on pods bound without the scheduler: refused, never started
     forged = gpu_pod("forged", cores=10, memory_mib=1024)

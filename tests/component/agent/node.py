@@ -36,7 +36,7 @@ from gpupool.kube.vocabulary import (
     RESOURCE_GPU_MEMORY,
 )
 
-from .kubelet import TestKubelet
+from .kubelet import StartedContainer, TestKubelet
 
 NODE = "node-a"
 
@@ -98,6 +98,12 @@ class AgentNode:
         assert self.watcher is not None
         self.watcher.cancel()
         await asyncio.gather(self.watcher, return_exceptions=True)
+
+    async def run(self, pod: dict[str, Any]) -> StartedContainer:
+        """The API server has the pod; the kubelet admits it and starts its container."""
+        self.pods.put(pod)
+        await self.kubelet.admit(pod)
+        return await self.kubelet.start_container(pod["metadata"]["uid"], "main")
 
     async def refresh(self) -> None:
         """What the agent's inventory loop does after NVML changed."""

@@ -90,9 +90,7 @@ async def test_whole_gpus_get_visibility_and_no_caps() -> None:
     async with agent_node("h200", slots=4) as node:
         await node.kubelet.wait_devices(RESOURCE_GPU, 32)
         pod = share_pod("w", [(1, "GPU-node-a-1"), (6, "GPU-node-a-6")], cores=0, memory_mib=0)
-        node.pods.put(pod)
-        await node.kubelet.admit(pod)
-        started = await node.kubelet.start_container(pod["metadata"]["uid"], "main")
+        started = await node.run(pod)
         assert started.env["CUDA_VISIBLE_DEVICES"] == "GPU-node-a-1,GPU-node-a-6"
         assert not any(key.startswith("CUDA_MPS_") for key in started.env)
         assert {"/dev/nvidia1", "/dev/nvidia6"} <= set(started.device_nodes)
@@ -102,9 +100,7 @@ async def test_hami_mode_sets_hami_core_variables() -> None:
     async with agent_node("t4", slots=4, isolation="hami") as node:
         await node.kubelet.wait_devices(RESOURCE_GPU, 16)
         pod = share_pod("h", [(2, "GPU-node-a-2")], cores=25, memory_mib=4096)
-        node.pods.put(pod)
-        await node.kubelet.admit(pod)
-        started = await node.kubelet.start_container(pod["metadata"]["uid"], "main")
+        started = await node.run(pod)
         assert started.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
         assert started.env["CUDA_DEVICE_SM_LIMIT"] == "25"
         assert started.env["LD_PRELOAD"].endswith("libvgpu.so")

@@ -18,9 +18,7 @@ async def _run_five(node: AgentNode) -> dict[str, dict[str, str]]:
         pod = share_pod(
             f"run-{i}", [(i, f"GPU-node-a-{i}")], cores=20 + i, memory_mib=2048 * (i + 1)
         )
-        node.pods.put(pod)
-        await node.kubelet.admit(pod)
-        started = await node.kubelet.start_container(pod["metadata"]["uid"], "main")
+        started = await node.run(pod)
         envs[pod["metadata"]["uid"]] = started.env
     return envs
 
@@ -74,9 +72,7 @@ async def test_kubelet_restart_reregisters_and_recovers_allocations() -> None:
             assert again.env == env
         # a new pod does not get devices the running pods hold
         newcomer = share_pod("new", [(7, "GPU-node-a-7")], cores=10, memory_mib=1024)
-        node.pods.put(newcomer)
-        await node.kubelet.admit(newcomer)
-        started = await node.kubelet.start_container(newcomer["metadata"]["uid"], "main")
+        started = await node.run(newcomer)
         assert started.env["CUDA_VISIBLE_DEVICES"] == "GPU-node-a-7"
         for uid in [*before, newcomer["metadata"]["uid"]]:
             await node.kubelet.remove_pod(uid)
@@ -96,7 +92,5 @@ async def test_an_ended_pod_does_not_block_its_successor_before_collection() -> 
         await node.kubelet.start_container(first["metadata"]["uid"], "main")
         await node.kubelet.remove_pod(first["metadata"]["uid"])  # its token is not collected yet
         second = share_pod("second", [(3, "GPU-node-a-3")], cores=60, memory_mib=40000)
-        node.pods.put(second)
-        await node.kubelet.admit(second)
-        started = await node.kubelet.start_container(second["metadata"]["uid"], "main")
+        started = await node.run(second)
         assert started.env["CUDA_VISIBLE_DEVICES"] == "GPU-node-a-3"
