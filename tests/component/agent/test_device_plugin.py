@@ -10,6 +10,7 @@ import pytest
 
 from gpupool.agent.cdi import CDI_KIND
 from gpupool.agent.protos.deviceplugin.v1beta1 import api_pb2 as dp
+from gpupool.kube.allocation import AllocationRecord, encode
 from gpupool.kube.vocabulary import RESOURCE_GPU
 
 from .kubelet import AdmissionError
@@ -157,3 +158,18 @@ async def test_prestart_for_devices_never_allocated_is_refused() -> None:
             )
         assert error.value.code() is grpc.StatusCode.FAILED_PRECONDITION
         assert "no Allocate answer" in (error.value.details() or "")
+
+
+async def test_a_mig_slice_is_the_instance_the_kubelet_chose() -> None:
+    async with agent_node("a100-mig") as node:
+        resource = "gpupool.io/mig-1g.10gb"
+        await node.kubelet.wait_devices(resource, 28)
+        pod = share_pod("m", [], cores=0, memory_mib=0)
+        pod["spec"]["containers"][0]["resources"]["limits"] = {resource: "1"}
+        record = AllocationRecord(node="node-a", kind="mig", mig_profile="1g.10gb")
+        pod["metadata"]["annotations"]["gpupool.io/allocation"] = encode(record)
+        started = await node.run(pod)
+        (held,) = node.kubelet.assigned[(pod["metadata"]["uid"], "main")][resource][0]
+        assert started.env["CUDA_VISIBLE_DEVICES"] == held
+        assert held.startswith("MIG-node-a-")
+        assert not any(key.startswith("CUDA_MPS_") for key in started.env)
