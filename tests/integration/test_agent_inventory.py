@@ -63,6 +63,7 @@ async def test_inventory_pool_health_and_usage_are_published(
     config = AgentConfig(
         handoff=HandoffConfig(name, tmp_path / "cdi", tmp_path / "state"),
         publish_allocatable=True,
+        pool_period=0,
     )
     agent = Agent(config, nvml, api, NoKubelet())
 

@@ -4,7 +4,7 @@ The node's pool is the first ``GPUPool`` (by name) whose ``spec.nodeSelector`` l
 match the node's labels, the same rule the scheduler's pool code uses. Exclusive and MIG pools
 give one device per GPU; a Shared pool gives ``spec.shared.maxPodsPerGPU`` (the CRD's default
 is 4). A node in no pool uses ``gpupool agent --max-pods-per-gpu`` (default 4). Read at start
-and with every inventory refresh, so a pool edit reaches the kubelet without a restart.
+and then every minute, so a pool edit reaches the kubelet without a restart.
 """
 
 from __future__ import annotations

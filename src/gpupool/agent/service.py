@@ -43,6 +43,9 @@ class AgentConfig:
         max_pods_per_gpu: Devices per GPU when the node is in no GPUPool.
         publish_allocatable: Write allocatable on the Node (only where no kubelet runs).
         inventory_period: Seconds between NVML inventory refreshes.
+        pool_period: Seconds between reads of the node's GPUPool (a LIST per node: at 1,000
+            nodes every 10 s that would be 100 requests/s on the API server for a value that
+            rarely changes).
         sample_period: Seconds between usage samples (metrics).
         usage_period: Seconds between idle-signal publications on the Node.
         reconcile_period: Seconds between collections of ended containers' tokens.
@@ -54,6 +57,7 @@ class AgentConfig:
     max_pods_per_gpu: int = DEFAULT_MAX_PODS_PER_GPU
     publish_allocatable: bool = False
     inventory_period: float = 10.0
+    pool_period: float = 60.0
     sample_period: float = 5.0
     usage_period: float = 60.0
     reconcile_period: float = 30.0
@@ -102,15 +106,21 @@ class Agent:
             api, config.handoff.node, allocatable=config.publish_allocatable
         )
         self._slots = config.max_pods_per_gpu
+        self._pool_read_at: float | None = None
 
     async def refresh_inventory(self) -> None:
-        """Read NVML and the pool; update the advertised devices and the Node."""
-        try:
-            self._slots = await node_slots(
-                self.api, self.config.handoff.node, self.config.max_pods_per_gpu
-            )
-        except ApiError as error:
-            log.warning("pool lookup failed (%s); keeping %d devices per GPU", error, self._slots)
+        """Read NVML (and the pool when due); update the advertised devices and the Node."""
+        now = time.monotonic()
+        if self._pool_read_at is None or now - self._pool_read_at >= self.config.pool_period:
+            try:
+                self._slots = await node_slots(
+                    self.api, self.config.handoff.node, self.config.max_pods_per_gpu
+                )
+                self._pool_read_at = now
+            except ApiError as error:
+                log.warning(
+                    "pool lookup failed (%s); keeping %d devices per GPU", error, self._slots
+                )
         devices = self.nvml.devices()
         await self.board.update(advertised(devices, self._slots))
         await self._publisher.publish(publication(devices, self._slots))
