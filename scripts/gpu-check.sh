@@ -131,7 +131,8 @@ PYEOF
 
 echo
 echo "### 3a. Memory cap: a share with 4096 MiB"
-( export $(caps_env 250 4096 | xargs); echo "env: $(caps_env 250 4096 | tr '\n' ' ')"; "$PY" "$WORK/worker.py" memory 4096 )
+( export $(caps_env 250 4096 | xargs); echo "env: $(caps_env 250 4096 | tr '\n' ' ')"; "$PY" "$WORK/worker.py" memory 4096 ) \
+    || echo "FAIL: the memory check did not pass (see above)"
 
 echo
 echo "### 3b. Compute shares: 25% and 75% of the SMs, ${RUN_SECONDS}s of fp16 matmuls each, at once"
