@@ -223,6 +223,16 @@ class Handoff:
                 f"pod {holder.namespace}/{holder.pod} not found in the API server"
             )
         grant = grant_for(pod, holder.container, resource, ids, self.config.node, self._inventory())
+        earlier = self.tokens[token].grant
+        if earlier is not None and earlier.pod_uid != grant.pod_uid:
+            # PodResources names pods, not UIDs: a pod force-deleted while its container still
+            # runs, then re-created under the same name, must not lend the old container the
+            # new pod's GPUs when it restarts.
+            raise HandoffRefusedError(
+                f"pod {grant.namespace}/{grant.pod} container {grant.container!r}: these devices "
+                f"were given to pod UID {earlier.pod_uid}, but the pod of that name is now "
+                f"{grant.pod_uid} (deleted and re-created)"
+            )
         self._check_capacity(grant, token, live)
         write_spec(self.config.cdi_dir, token, edits_for(grant, self.config.isolation))
         log.info(

@@ -95,3 +95,16 @@ async def test_an_exclusive_gpu_is_not_shared() -> None:
         await node.kubelet.start_container(whole["metadata"]["uid"], "main")
         with pytest.raises(ContainerStartError, match="exclusive but already given"):
             await node.kubelet.start_container(share["metadata"]["uid"], "main")
+
+
+async def test_a_replaced_pod_does_not_lend_its_gpus_to_the_old_container() -> None:
+    async with agent_node("h100") as node:
+        await node.kubelet.wait_devices(RESOURCE_GPU, 32)
+        old = share_pod("web", [(2, "GPU-node-a-2")], cores=20, memory_mib=4096)
+        await node.run(old)
+        # force-deleted and re-created under the same name, with another UID and GPU
+        new = share_pod("web", [(6, "GPU-node-a-6")], cores=50, memory_mib=20000)
+        new["metadata"]["uid"] = "99999999-9999-4999-8999-999999999999"
+        node.pods.put(new)
+        with pytest.raises(ContainerStartError, match="deleted and re-created"):
+            await node.kubelet.start_container(old["metadata"]["uid"], "main")  # a restart
