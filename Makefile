@@ -9,12 +9,12 @@ TRACE_DIR ?= ../shared/data/openb
 export GPUPOOL_TRACE_DIR ?= $(TRACE_DIR)
 
 .PHONY: demo test lint unit venv bench-speed bench-matrix bench-live bench-memory \
-	bench-standby-memory dev-cluster control-plane clean
+	bench-standby-memory dev-cluster control-plane clean test-kubelet
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --group dev -e '.[reports,kube,web]'
+	$(BIN)/python -m pip install --quiet --group dev -e '.[reports,kube,web,agent]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -36,6 +36,12 @@ unit: $(STAMP)
 		GPUPOOL_PROMTOOL="$$(scripts/install-promtool.sh)" $(BIN)/pytest
 
 test: lint unit
+
+# gpupool's node agent under a real kubelet (built once, about 12 minutes; needs root)
+test-kubelet: $(STAMP)
+	GPUPOOL_CONTROLPLANE_BIN="$$(scripts/build-control-plane.sh)" \
+		GPUPOOL_KUBELET_BIN="$$(scripts/build-kubelet.sh)" \
+		$(BIN)/pytest tests/integration/test_agent_real_kubelet.py -m real_kubelet
 
 bench-speed: $(STAMP)
 	$(BIN)/python bench/placement_speed.py --profile --json out/bench/placement_speed.json

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpupool.cli.agent import agent
 from gpupool.cli.bench_live import bench_live
 from gpupool.cli.controlplane import control_plane, install_crds
 from gpupool.cli.devcluster import devcluster_app
@@ -37,6 +38,7 @@ app.command("install-crds")(install_crds)
 app.add_typer(devcluster_app, name="dev-cluster")
 app.add_typer(webhook_app, name="webhook")
 bench_app.command("live")(bench_live)
+app.command("agent")(agent)
 
 TRACE_DIR_ENV = "GPUPOOL_TRACE_DIR"
 DEFAULT_TRACE_DIR = Path("../shared/data/openb")

@@ -168,6 +168,11 @@ def node_spec(node: NodeRecord) -> NodeSpec:
         return _parse(owner, allocatable.get(name, default), f"status.allocatable[{name}]", convert)
 
     gpus = read(RESOURCE_GPU, to_count)
+    # The node agent advertises maxPodsPerGPU devices per GPU (so a kubelet admits every share),
+    # so allocatable counts devices; the GPUs are the UUIDs it lists (none while unregistered).
+    listed = node.metadata.annotations.get(ANNOTATION_GPU_UUIDS, "").split(",")
+    if any(uuid.strip() for uuid in listed):
+        gpus = min(gpus, len(listed))
     labels = node.metadata.labels
     memory_label = labels.get(LABEL_GPU_MEMORY, "0")
     if not memory_label.isdigit():

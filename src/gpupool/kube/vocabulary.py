@@ -37,3 +37,10 @@ ANNOTATION_ALLOCATION = "gpupool.io/allocation"
 """Pod annotation written by the scheduler only, in the binding call: the allocation record."""
 
 FIELD_MANAGER = "gpupool-scheduler"
+
+ANNOTATION_GPU_UNHEALTHY = "gpupool.io/gpu-unhealthy"
+"""Node annotation written by the node agent: UUIDs of GPUs broken by a critical XID."""
+ANNOTATION_GPU_USAGE = "gpupool.io/gpu-usage"
+"""Node annotation written by the node agent: per-pod GPU usage, the idle-detection signal
+(JSON ``{"sampledAt", "pods": {uid: {"smPercent", "memoryMib", "lastActive"}}}``)."""
+AGENT_FIELD_MANAGER = "gpupool-agent"

@@ -1,0 +1,126 @@
+"""A fake NVML with the real interface, for machines without a GPU.
+
+It models the devices the project targets (8x H100, 8x H200, 8x A100 with MIG on half of them,
+4x T4) with their real memory sizes and MIG profiles, and deterministic UUIDs
+(``GPU-<node>-<index>``, as the dev cluster's fake nodes use), so the inventory, the device
+plugin, the hand-off and telemetry run unchanged in tests, the dev cluster and the demo. Tests
+script it: processes and their usage, XID events, GPUs appearing or breaking.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterable
+from dataclasses import replace
+
+from gpupool.agent.nvml import (
+    APPLICATION_XIDS,
+    GpuDevice,
+    GpuUsage,
+    MigDevice,
+    ProcessUsage,
+)
+
+# model, memory MiB (what NVML reports on the real boards)
+_MODELS = {
+    "H100": 81559,
+    "H200": 143771,
+    "A100": 81920,
+    "T4": 15360,
+}
+PRESETS = ("h100", "h200", "a100-mig", "t4")
+
+
+def preset_devices(preset: str, node: str) -> tuple[GpuDevice, ...]:
+    """The GPUs of a preset machine; UUIDs ``GPU-<node>-<index>``.
+
+    Raises:
+        ValueError: Unknown preset (the message lists the known ones).
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown fake GPU preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    model = {"h100": "H100", "h200": "H200", "a100-mig": "A100", "t4": "T4"}[preset]
+    count = 4 if preset == "t4" else 8
+    devices = []
+    for index in range(count):
+        uuid = f"GPU-{node}-{index}"
+        mig: tuple[MigDevice, ...] = ()
+        if preset == "a100-mig" and index < 4:  # half the GPUs split into 7 x 1g.10gb
+            mig = tuple(MigDevice(f"MIG-{node}-{index}-{s}", "1g.10gb", 9856) for s in range(7))
+        devices.append(
+            GpuDevice(index, uuid, model, _MODELS[model], index, mig_enabled=bool(mig), mig=mig)
+        )
+    return tuple(devices)
+
+
+class FakeNvml:
+    """:class:`~gpupool.agent.nvml.Nvml` over scripted devices and processes (thread-safe).
+
+    Args:
+        devices: The GPUs, in index order.
+    """
+
+    def __init__(self, devices: Iterable[GpuDevice]) -> None:
+        self._lock = threading.Lock()
+        self._devices = tuple(devices)
+        self._processes: dict[str, tuple[ProcessUsage, ...]] = {}
+        self._xids: queue.Queue[tuple[str, int]] = queue.Queue()
+        self.closed = False
+
+    @classmethod
+    def preset(cls, preset: str, node: str) -> FakeNvml:
+        """A fake machine of a known preset (see :data:`PRESETS`)."""
+        return cls(preset_devices(preset, node))
+
+    def devices(self) -> tuple[GpuDevice, ...]:
+        """Every GPU, in index order."""
+        with self._lock:
+            return self._devices
+
+    def replace_devices(self, devices: Iterable[GpuDevice]) -> None:
+        """Change the hardware (a GPU added, removed, re-partitioned)."""
+        with self._lock:
+            self._devices = tuple(devices)
+
+    def set_processes(self, gpu_uuid: str, processes: Iterable[ProcessUsage]) -> None:
+        """Script what runs on one GPU from now on."""
+        with self._lock:
+            self._processes[gpu_uuid] = tuple(processes)
+
+    def usage(self) -> tuple[GpuUsage, ...]:
+        """Device usage = the sum of the scripted processes (SM capped at 100 %)."""
+        with self._lock:
+            return tuple(
+                GpuUsage(
+                    gpu_uuid=device.uuid,
+                    memory_used_mib=sum(p.memory_mib for p in self._processes.get(device.uuid, ())),
+                    sm_percent=min(
+                        100, sum(p.sm_percent for p in self._processes.get(device.uuid, ()))
+                    ),
+                    processes=self._processes.get(device.uuid, ()),
+                )
+                for device in self._devices
+            )
+
+    def inject_xid(self, gpu_uuid: str, xid: int) -> None:
+        """An XID event on a GPU, as the driver would raise it."""
+        self._xids.put((gpu_uuid, xid))
+
+    def wait_xid(self, timeout_ms: int) -> tuple[str, int] | None:
+        """The next critical XID (the GPU becomes unhealthy), or None after the timeout."""
+        try:
+            uuid, xid = self._xids.get(timeout=timeout_ms / 1000)
+        except queue.Empty:
+            return None
+        if xid in APPLICATION_XIDS:
+            return None
+        with self._lock:
+            self._devices = tuple(
+                replace(d, healthy=False) if d.uuid == uuid else d for d in self._devices
+            )
+        return uuid, xid
+
+    def close(self) -> None:
+        """Nothing to release."""
+        self.closed = True

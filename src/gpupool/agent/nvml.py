@@ -1,0 +1,248 @@
+"""What the agent needs from NVML, behind one small typed interface.
+
+``pynvml`` (PyPI ``nvidia-ml-py``) is untyped ctypes over ``libnvidia-ml.so.1`` and raises for
+"no samples yet" as if it were an error. Wrapping the dozen calls the agent uses in
+:class:`Nvml` keeps those quirks in one place, lets :class:`~gpupool.agent.fakenvml.FakeNvml`
+stand in on machines without a GPU (tests, the dev cluster, the demo), and keeps ``pynvml``
+imported lazily: the scheduler and the CLI never load it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    """One MIG instance of a GPU.
+
+    Attributes:
+        uuid: The MIG device UUID (``MIG-...``); the device-plugin ID of the slice.
+        profile: The profile name as in ``gpupool.io/mig-<profile>`` (e.g. ``1g.10gb``).
+        memory_mib: Its memory.
+    """
+
+    uuid: str
+    profile: str
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    """One physical GPU as the agent sees it.
+
+    Attributes:
+        index: NVML index (the order the node's inventory and the allocation record use).
+        uuid: ``GPU-...``.
+        model: Short model name for the node label (``H100``, ``A100``, ``T4``).
+        memory_mib: Total memory.
+        minor: The ``/dev/nvidia<minor>`` device node number.
+        mig_enabled: Whether MIG mode is on (then only ``mig`` devices are handed out).
+        mig: The MIG instances when MIG is on.
+        healthy: False after a critical XID event.
+    """
+
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    minor: int
+    mig_enabled: bool = False
+    mig: tuple[MigDevice, ...] = ()
+    healthy: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUsage:
+    """One process on one GPU at one sample.
+
+    Attributes:
+        gpu_uuid: The GPU.
+        pid: Host PID.
+        memory_mib: GPU memory the process holds.
+        sm_percent: Its SM utilisation over the last sample period (0 when no sample).
+    """
+
+    gpu_uuid: str
+    pid: int
+    memory_mib: int
+    sm_percent: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUsage:
+    """Device-level usage of one GPU.
+
+    Attributes:
+        gpu_uuid: The GPU.
+        memory_used_mib: Memory in use on the device.
+        sm_percent: Device utilisation rate (percent of time a kernel ran).
+        processes: Per-process usage.
+    """
+
+    gpu_uuid: str
+    memory_used_mib: int
+    sm_percent: int
+    processes: tuple[ProcessUsage, ...] = field(default=())
+
+
+class Nvml(Protocol):
+    """The NVML calls the agent uses; implemented by :class:`RealNvml` and ``FakeNvml``."""
+
+    def devices(self) -> tuple[GpuDevice, ...]:
+        """Every GPU, in index order, with its current health."""
+
+    def usage(self) -> tuple[GpuUsage, ...]:
+        """One usage sample per GPU."""
+
+    def wait_xid(self, timeout_ms: int) -> tuple[str, int] | None:
+        """Wait for a critical XID event: ``(gpu uuid, xid)``, or None after the timeout."""
+
+    def close(self) -> None:
+        """Release NVML."""
+
+
+# XIDs that do not mean the GPU is broken (application errors), as NVIDIA's device plugin
+# treats them: 13 graphics engine exception, 31 MMU fault, 43 GPU stopped processing,
+# 45 preemptive cleanup, 68 video processor exception, 109 context switch timeout.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+_MIB = 2**20
+
+
+def short_model(name: str) -> str:
+    """The model for the node label: ``NVIDIA H100 80GB HBM3`` -> ``H100``."""
+    words = [w for w in name.replace("NVIDIA", "").replace("Tesla", "").split() if w]
+    return words[0] if words else "unknown"
+
+
+class RealNvml:
+    """:class:`Nvml` over ``pynvml``; ``nvmlInit`` on construction.
+
+    Raises:
+        RuntimeError: NVML cannot be loaded (no driver) — with NVML's message.
+    """
+
+    def __init__(self) -> None:
+        import pynvml
+
+        self._nvml: Any = pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as error:
+            raise RuntimeError(f"NVML: {error}") from None
+        self._unhealthy: set[str] = set()
+        self._last_sample: dict[str, int] = {}
+        self._events: Any = None
+
+    def _handles(self) -> list[Any]:
+        nvml = self._nvml
+        return [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+
+    def devices(self) -> tuple[GpuDevice, ...]:
+        """Every GPU, in index order."""
+        nvml = self._nvml
+        result = []
+        for index, handle in enumerate(self._handles()):
+            uuid = nvml.nvmlDeviceGetUUID(handle)
+            try:
+                mig_enabled = nvml.nvmlDeviceGetMigMode(handle)[0] == nvml.NVML_DEVICE_MIG_ENABLE
+            except nvml.NVMLError:  # not MIG-capable
+                mig_enabled = False
+            result.append(
+                GpuDevice(
+                    index=index,
+                    uuid=uuid,
+                    model=short_model(nvml.nvmlDeviceGetName(handle)),
+                    memory_mib=nvml.nvmlDeviceGetMemoryInfo(handle).total // _MIB,
+                    minor=nvml.nvmlDeviceGetMinorNumber(handle),
+                    mig_enabled=mig_enabled,
+                    mig=self._mig_devices(handle) if mig_enabled else (),
+                    healthy=uuid not in self._unhealthy,
+                )
+            )
+        return tuple(result)
+
+    def _mig_devices(self, handle: Any) -> tuple[MigDevice, ...]:
+        nvml = self._nvml
+        devices = []
+        for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nvml.NVMLError:  # an empty slot
+                continue
+            memory = nvml.nvmlDeviceGetMemoryInfo(mig).total // _MIB
+            attributes = nvml.nvmlDeviceGetAttributes(mig)
+            profile = f"{attributes.gpuInstanceSliceCount}g.{round(memory / 1024)}gb"
+            devices.append(MigDevice(nvml.nvmlDeviceGetUUID(mig), profile, memory))
+        return tuple(devices)
+
+    def usage(self) -> tuple[GpuUsage, ...]:
+        """Device and per-process usage; "no samples" counts as 0 % (idle)."""
+        nvml = self._nvml
+        result = []
+        for handle in self._handles():
+            uuid = nvml.nvmlDeviceGetUUID(handle)
+            memory: dict[int, int] = {}
+            for getter in (
+                nvml.nvmlDeviceGetComputeRunningProcesses,
+                nvml.nvmlDeviceGetMPSComputeRunningProcesses,
+            ):
+                try:
+                    for process in getter(handle):
+                        used = process.usedGpuMemory or 0
+                        memory[process.pid] = max(memory.get(process.pid, 0), used // _MIB)
+                except nvml.NVMLError:
+                    continue
+            sm: dict[int, int] = {}
+            try:
+                samples = nvml.nvmlDeviceGetProcessUtilization(
+                    handle, self._last_sample.get(uuid, 0)
+                )
+            except nvml.NVMLError:  # NOT_FOUND or zero samples: idle
+                samples = []
+            for sample in samples:
+                sm[sample.pid] = max(sm.get(sample.pid, 0), int(sample.smUtil))
+                self._last_sample[uuid] = max(self._last_sample.get(uuid, 0), sample.timeStamp)
+            rates = nvml.nvmlDeviceGetUtilizationRates(handle)
+            result.append(
+                GpuUsage(
+                    gpu_uuid=uuid,
+                    memory_used_mib=nvml.nvmlDeviceGetMemoryInfo(handle).used // _MIB,
+                    sm_percent=int(rates.gpu),
+                    processes=tuple(
+                        ProcessUsage(uuid, pid, memory.get(pid, 0), sm.get(pid, 0))
+                        for pid in sorted(set(memory) | set(sm))
+                    ),
+                )
+            )
+        return tuple(result)
+
+    def wait_xid(self, timeout_ms: int) -> tuple[str, int] | None:
+        """Block up to ``timeout_ms`` for a critical XID; marks that GPU unhealthy."""
+        nvml = self._nvml
+        if self._events is None:
+            self._events = nvml.nvmlEventSetCreate()
+            for handle in self._handles():
+                try:
+                    nvml.nvmlDeviceRegisterEvents(
+                        handle, nvml.nvmlEventTypeXidCriticalError, self._events
+                    )
+                except nvml.NVMLError:  # events not supported on this GPU
+                    continue
+        try:
+            event = nvml.nvmlEventSetWait_v2(self._events, timeout_ms)
+        except nvml.NVMLError:  # timeout
+            return None
+        xid = int(event.eventData)
+        if xid in APPLICATION_XIDS:
+            return None
+        uuid = nvml.nvmlDeviceGetUUID(event.device)
+        self._unhealthy.add(uuid)
+        return uuid, xid
+
+    def close(self) -> None:
+        """Shut NVML down."""
+        if self._events is not None:
+            self._nvml.nvmlEventSetFree(self._events)
+        self._nvml.nvmlShutdown()

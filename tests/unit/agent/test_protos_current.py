@@ -1,0 +1,31 @@
+"""The committed gRPC stubs are what scripts/gen_protos.py makes from proto/ today."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_generated_stubs_are_current() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gen_protos.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_stubs_speak_the_kubelets_method_paths() -> None:
+    from gpupool.agent.protos.deviceplugin.v1beta1 import api_pb2 as dp
+    from gpupool.agent.protos.podresources.v1 import api_pb2 as pr
+
+    assert dp.DESCRIPTOR.services_by_name["DevicePlugin"].full_name == "v1beta1.DevicePlugin"
+    assert dp.DESCRIPTOR.services_by_name["Registration"].full_name == "v1beta1.Registration"
+    assert pr.DESCRIPTOR.services_by_name["PodResourcesLister"].full_name == "v1.PodResourcesLister"
+    # the field the kubelet fills, by its proto name (a known pitfall: not devicesIDs)
+    assert "devices_ids" in dp.ContainerAllocateRequest.DESCRIPTOR.fields_by_name
