@@ -14,10 +14,13 @@ from typing import Annotated, Any
 
 import typer
 
+from gpupool.cli.audit import audit
 from gpupool.cli.bench_live import bench_live
 from gpupool.cli.controlplane import control_plane, install_crds
+from gpupool.cli.db import db_app
 from gpupool.cli.devcluster import devcluster_app
 from gpupool.cli.options import SeedsError, fail, parse_seeds
+from gpupool.cli.report import report_app
 
 app = typer.Typer(
     help="gpupool: shared GPUs for Kubernetes, schedulable, isolated, reclaimable, governable.",
@@ -31,6 +34,9 @@ app.command("control-plane")(control_plane)
 app.command("install-crds")(install_crds)
 app.add_typer(devcluster_app, name="dev-cluster")
 bench_app.command("live")(bench_live)
+app.command("audit")(audit)
+app.add_typer(report_app, name="report")
+app.add_typer(db_app, name="db")
 
 TRACE_DIR_ENV = "GPUPOOL_TRACE_DIR"
 DEFAULT_TRACE_DIR = Path("../shared/data/openb")
