@@ -177,3 +177,48 @@ async def test_close_flushes_so_a_restarted_control_plane_finds_everything(
         assert await count_rows(restarted, audit_events) == (60, 60)
     finally:
         await restarted.dispose()
+
+
+async def test_a_commit_whose_answer_was_lost_is_not_written_twice(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch commits, then the connection drops before the answer: the writer retries."""
+    from gpupool.store import writer as writer_module
+
+    engine = await open_store(store_url)
+    real_write = writer_module.write_batch
+    answers_to_lose = 3
+
+    async def commit_then_lose_the_answer(connection: Any, records: Any) -> None:
+        nonlocal answers_to_lose
+        if not answers_to_lose:
+            await real_write(connection, records)
+            return
+        answers_to_lose -= 1
+        async with engine.begin() as other:  # the commit reaches the database...
+            await real_write(other, records)
+        raise ConnectionResetError("connection lost before the commit's answer")  # ...no answer
+
+    monkeypatch.setattr(writer_module, "write_batch", commit_then_lose_the_answer)
+    try:
+        writer = StoreWriter(engine, batch_size=40, flush_interval=0.01, retry_initial=0.01)
+        async with writer:
+            for i in range(200):
+                item = record(i)
+                if isinstance(item, Allocation):
+                    await writer.allocation_started(item)
+                    await writer.allocation_ended(item, end=item.start + timedelta(minutes=5))
+                else:
+                    await writer.audit(item)
+        assert writer.stats.failed_attempts == 3
+        assert await count_rows(engine, audit_events) == (160, 160)
+        assert await count_rows(engine, allocations) == (40, 40)
+        async with engine.connect() as connection:
+            open_rows = (
+                await connection.execute(
+                    sa.select(sa.func.count()).where(allocations.c.end_us.is_(None))
+                )
+            ).scalar_one()
+        assert open_rows == 0
+    finally:
+        await engine.dispose()

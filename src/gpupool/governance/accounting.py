@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from gpupool.governance.errors import FieldValueError
+
 SECONDS_PER_HOUR = 3600.0
 
 FloatArray = npt.NDArray[np.float64]
@@ -43,12 +45,8 @@ HOUR_FIELDS = ("gpu_hours", "memory_gib_hours", *_SAMPLED_FIELDS)
 """The fields of :class:`Usage` that are integrals over time, in hours."""
 
 
-class AccountingError(ValueError):
+class AccountingError(FieldValueError):
     """An interval, sample or window cannot be accounted; the message names the field."""
-
-    def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(f"{field_name}: {message}")
-        self.field_name = field_name
 
 
 class GroupBy(enum.Enum):

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from gpupool.core.model import MILLI_PER_GPU, RequestKind
+from gpupool.governance.errors import FieldValueError
 
 MIG_SLICES_PER_GPU = 7
 """Compute slices of a MIG-capable GPU (A100, H100, H200): ``7g`` is the whole GPU."""
@@ -31,12 +32,8 @@ MIB_PER_GIB = 1024
 _MIG_PROFILE = re.compile(r"^(?P<slices>[1-7])g\.(?P<memory>[1-9][0-9]*)gb(?:\+[a-z]+)?$")
 
 
-class UnitsError(ValueError):
+class UnitsError(FieldValueError):
     """An allocation's size cannot be counted; the message names the field."""
-
-    def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(f"{field_name}: {message}")
-        self.field_name = field_name
 
 
 @dataclass(frozen=True, slots=True)

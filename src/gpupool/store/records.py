@@ -23,18 +23,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gpupool.governance.errors import FieldValueError
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NAME_LENGTH = 253
 """Longest Kubernetes name, namespace, tenant, pool or actor the store keeps."""
 KEY_LENGTH = 512
 
 
-class RecordError(ValueError):
+class RecordError(FieldValueError):
     """A record cannot be stored; the message names the field."""
-
-    def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(f"{field_name}: {message}")
-        self.field_name = field_name
 
 
 class AuditAction(enum.StrEnum):
