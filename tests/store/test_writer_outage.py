@@ -222,3 +222,14 @@ async def test_a_commit_whose_answer_was_lost_is_not_written_twice(
         assert open_rows == 0
     finally:
         await engine.dispose()
+
+
+async def test_records_handed_over_before_start_land_at_close(tmp_path: Path) -> None:
+    engine = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'gpupool.db'}")
+    try:
+        writer = StoreWriter(engine)
+        await writer.audit(bind_event(1))
+        assert await writer.close() == 0
+        assert await count_rows(engine, audit_events) == (1, 1)
+    finally:
+        await engine.dispose()

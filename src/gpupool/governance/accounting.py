@@ -45,6 +45,10 @@ HOUR_FIELDS = ("gpu_hours", "memory_gib_hours", *_SAMPLED_FIELDS)
 """The fields of :class:`Usage` that are integrals over time, in hours."""
 
 
+NO_GROUP = "(none)"
+"""The group of an allocation with no queue, pool or namespace."""
+
+
 class AccountingError(FieldValueError):
     """An interval, sample or window cannot be accounted; the message names the field."""
 
@@ -102,7 +106,7 @@ class Interval:
         """The name of the group this interval counts in."""
         if by is GroupBy.POD:
             return f"{self.namespace}/{self.name}"
-        return str(getattr(self, by.value))
+        return str(getattr(self, by.value)) or NO_GROUP
 
 
 @dataclass(frozen=True, slots=True)

@@ -186,6 +186,8 @@ class StoreWriter:
         async with self._changed:
             self._closing = True
             self._changed.notify_all()
+        if self._buffer:
+            self.start()  # records handed over before start() still land
         self._due.set()
         self._has_records.set()
         if self._task is not None:

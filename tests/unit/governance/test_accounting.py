@@ -191,3 +191,8 @@ def test_groups_add_up_to_the_total(
         / 3600
     )
     assert close(whole.gpu_hours, expected)
+
+
+def test_an_allocation_without_a_queue_is_in_a_named_group() -> None:
+    usage = account([alloc("a", 0, H, queue="")], Window(0, H), GroupBy.QUEUE)
+    assert [u.group for u in usage] == ["(none)"]
