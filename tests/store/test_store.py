@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -36,7 +37,7 @@ from gpupool.store.records import (
 )
 from gpupool.store.tables import allocations, audit_events, metadata, usage_samples
 from gpupool.store.writer import StoreWriter
-from gpupool.store.writes import write_batch
+from gpupool.store.writes import allocation_row, audit_row, rows_by_table, write_batch
 
 T0 = datetime(2026, 11, 1, 8, 0, 0, 123456, tzinfo=UTC)
 
@@ -240,3 +241,18 @@ def test_bad_urls_say_why(url: str, message: str) -> None:
 def test_plain_urls_get_the_async_driver() -> None:
     assert store_url("sqlite:///x.db").drivername == "sqlite+aiosqlite"
     assert store_url("postgresql://u@h/db").drivername == "postgresql+asyncpg"
+
+
+def test_a_batch_is_one_row_per_key_with_the_effect_of_writing_in_order() -> None:
+    start = allocation(1, 0, None)
+    first_end, second_end = allocation(1, 0, 10), allocation(1, 0, 20)
+    assert rows_by_table([start, first_end, start, second_end]) == [
+        (allocations, [allocation_row(first_end)])
+    ]
+    assert rows_by_table([first_end, start]) == [(allocations, [allocation_row(first_end)])]
+    bind_twice = [event(1), event(2), replace(event(1), reason="again")]
+    tables = rows_by_table([*bind_twice, start])
+    assert tables == [
+        (audit_events, [audit_row(event(1)), audit_row(event(2))]),
+        (allocations, [allocation_row(start)]),
+    ]
