@@ -233,3 +233,20 @@ async def test_records_handed_over_before_start_land_at_close(tmp_path: Path) ->
         assert await count_rows(engine, audit_events) == (1, 1)
     finally:
         await engine.dispose()
+
+
+async def test_close_says_how_many_records_did_not_land(tmp_path: Path) -> None:
+    path = tmp_path / "gpupool.db"
+    engine = await open_store(f"sqlite+aiosqlite:///{path}", busy_timeout_ms=20)
+    other = sqlite3.connect(path, isolation_level=None, timeout=30)
+    try:
+        other.execute("BEGIN EXCLUSIVE")  # the database stays away past the shutdown deadline
+        writer = StoreWriter(engine, batch_size=10, flush_interval=0.01, retry_max=0.05)
+        writer.start()
+        for i in range(25):
+            await writer.audit(bind_event(i))
+        assert await writer.close(timeout=0.5) == 25
+        assert writer.stats.failed_attempts >= 1
+    finally:
+        other.close()
+        await engine.dispose()
