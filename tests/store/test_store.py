@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -256,3 +257,13 @@ def test_a_batch_is_one_row_per_key_with_the_effect_of_writing_in_order() -> Non
         (audit_events, [audit_row(event(1)), audit_row(event(2))]),
         (allocations, [allocation_row(start)]),
     ]
+
+
+async def test_replicas_starting_together_upgrade_once(postgres: object) -> None:
+    url = postgres.url(postgres.create_database())  # type: ignore[attr-defined]
+    engines = await asyncio.gather(*(open_store(url) for _ in range(4)))
+    try:
+        assert {await current_revision(e) for e in engines} == {"0001"}
+    finally:
+        for engine in engines:
+            await engine.dispose()
