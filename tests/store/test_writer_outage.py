@@ -250,3 +250,14 @@ async def test_close_says_how_many_records_did_not_land(tmp_path: Path) -> None:
     finally:
         other.close()
         await engine.dispose()
+
+
+async def test_something_that_is_not_a_record_is_refused_at_once(tmp_path: Path) -> None:
+    engine = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'gpupool.db'}")
+    try:
+        async with StoreWriter(engine) as writer:
+            with pytest.raises(TypeError, match="not a store record: dict"):
+                await writer.put({"action": "bind"})  # type: ignore[arg-type]
+            assert writer.stats.queued == 0
+    finally:
+        await engine.dispose()

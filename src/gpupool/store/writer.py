@@ -157,7 +157,10 @@ class StoreWriter:
 
         Raises:
             WriterClosedError: The writer is closing.
+            TypeError: ``record`` is not a record the store keeps (it would never land).
         """
+        if not isinstance(record, AuditEvent | Allocation | UsageSample):
+            raise TypeError(f"not a store record: {type(record).__name__}")
         async with self._changed:
             await self._changed.wait_for(
                 lambda: self._closing or len(self._buffer) < self._capacity
