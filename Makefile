@@ -14,7 +14,7 @@ export GPUPOOL_TRACE_DIR ?= $(TRACE_DIR)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --group dev -e '.[reports,kube,web,agent]'
+	$(BIN)/python -m pip install --quiet --group dev -e '.[reports,kube,web,agent,postgres]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -30,10 +30,13 @@ lint: $(STAMP)
 
 # The integration tests run a real etcd, kube-apiserver, kwok and kube-scheduler, built from Go
 # modules into a cache outside the repo (about 10 minutes the first time, seconds afterwards),
-# and check /metrics with promtool (from Debian's prometheus package, extracted into the cache).
+# check /metrics with promtool (from Debian's prometheus package, extracted into the cache), and
+# run a throwaway PostgreSQL server for the store tests (Debian's postgresql package, installed by
+# scripts/install-postgres.sh when missing).
 unit: $(STAMP)
 	GPUPOOL_CONTROLPLANE_BIN="$$(scripts/build-control-plane.sh)" \
-		GPUPOOL_PROMTOOL="$$(scripts/install-promtool.sh)" $(BIN)/pytest
+		GPUPOOL_PROMTOOL="$$(scripts/install-promtool.sh)" \
+		GPUPOOL_POSTGRES_BIN="$$(scripts/install-postgres.sh)" $(BIN)/pytest
 
 test: lint unit
 

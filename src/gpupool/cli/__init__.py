@@ -16,10 +16,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpupool.cli.agent import agent
+from gpupool.cli.audit import audit
 from gpupool.cli.bench_live import bench_live
 from gpupool.cli.controlplane import control_plane, install_crds
+from gpupool.cli.db import db_app
 from gpupool.cli.devcluster import devcluster_app
 from gpupool.cli.options import SeedsError, fail, parse_seeds
+from gpupool.cli.report import report_app
 from gpupool.cli.webhook import webhook_app
 
 if TYPE_CHECKING:
@@ -39,6 +42,9 @@ app.add_typer(devcluster_app, name="dev-cluster")
 app.add_typer(webhook_app, name="webhook")
 bench_app.command("live")(bench_live)
 app.command("agent")(agent)
+app.command("audit")(audit)
+app.add_typer(report_app, name="report")
+app.add_typer(db_app, name="db")
 
 TRACE_DIR_ENV = "GPUPOOL_TRACE_DIR"
 DEFAULT_TRACE_DIR = Path("../shared/data/openb")
