@@ -18,6 +18,7 @@ from gpupool.cli.bench_live import bench_live
 from gpupool.cli.controlplane import control_plane, install_crds
 from gpupool.cli.devcluster import devcluster_app
 from gpupool.cli.options import SeedsError, fail, parse_seeds
+from gpupool.cli.sim_dynamic import sim_app
 
 app = typer.Typer(
     help="gpupool: shared GPUs for Kubernetes, schedulable, isolated, reclaimable, governable.",
@@ -31,6 +32,7 @@ app.command("control-plane")(control_plane)
 app.command("install-crds")(install_crds)
 app.add_typer(devcluster_app, name="dev-cluster")
 bench_app.command("live")(bench_live)
+app.add_typer(sim_app, name="sim")
 
 TRACE_DIR_ENV = "GPUPOOL_TRACE_DIR"
 DEFAULT_TRACE_DIR = Path("../shared/data/openb")
