@@ -247,6 +247,7 @@ class _Cycle:
         self.preemptions_left = engine.options.max_preemptions
         self.searched: set[tuple[int, int]] = set()
         self.bound: list[str] = []
+        self.last = False
         self._populated = int(np.count_nonzero(self.layout.node_count))
 
     def run(self) -> CycleResult:
@@ -264,7 +265,8 @@ class _Cycle:
         decisions: list[EngineDecision] = []
         pools = range(len(self.layout.pools))
         try:
-            for workload, queue in ordered:
+            for index, (workload, queue) in enumerate(ordered):
+                self.last = index == len(ordered) - 1
                 if (
                     self.blocked
                     and all(self._closed(p) for p in pools if p in self.blocked)
@@ -375,9 +377,10 @@ class _Cycle:
         units = milli_units(workload.pod, self.snapshot.nodes[bind.node].gpu_memory_mib)
         runtime = self.runtimes.estimate(workload, self.tables.queues[queue].name)
         admit = Admit(workload, queue, pool, units, bind, backfilled, now + runtime)
-        self.snapshot.bind(workload.pod, bind.node, bind.gpus)
-        self.bound.append(workload.name)
-        self.ledger.add(admit.running(now))
+        if not self.last:  # later pods must see it; the last pod's bind would only be undone
+            self.snapshot.bind(workload.pod, bind.node, bind.gpus)
+            self.bound.append(workload.name)
+            self.ledger.add(admit.running(now))
         self.nominations.pop(workload.name, None)
         return admit
 
