@@ -23,6 +23,7 @@ from gpupool.cli.db import db_app
 from gpupool.cli.devcluster import devcluster_app
 from gpupool.cli.options import SeedsError, fail, parse_seeds
 from gpupool.cli.report import report_app
+from gpupool.cli.sim_dynamic import sim_app
 from gpupool.cli.webhook import webhook_app
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ app.command("agent")(agent)
 app.command("audit")(audit)
 app.add_typer(report_app, name="report")
 app.add_typer(db_app, name="db")
+app.add_typer(sim_app, name="sim")
 
 TRACE_DIR_ENV = "GPUPOOL_TRACE_DIR"
 DEFAULT_TRACE_DIR = Path("../shared/data/openb")
