@@ -38,7 +38,7 @@ unit: $(STAMP)
 		GPUPOOL_PROMTOOL="$$(scripts/install-promtool.sh)" \
 		GPUPOOL_POSTGRES_BIN="$$(scripts/install-postgres.sh)" $(BIN)/pytest
 
-test: lint unit
+test: lint unit test-kubelet
 
 # gpupool's node agent under a real kubelet (built once, about 12 minutes; needs root)
 test-kubelet: $(STAMP)
