@@ -1,0 +1,129 @@
+"""The control plane's face: REST API under ``/api/v1`` and the dashboard at ``/``.
+
+One FastAPI app, so the OpenAPI document (``/api/openapi.json``, browsable at ``/api/docs``)
+describes exactly the routes that are served; the dashboard's HTML routes are left out of it.
+Every answer is computed from the :class:`~gpupool.api.view.ClusterView` at request time. Path
+parameters are validated by FastAPI (422 naming the field), an unknown pod is a 404, and nothing
+a client sends reaches the view except a pod name compared for equality.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import FastAPI, HTTPException, Path, Query
+from starlette.types import ASGIApp
+
+from gpupool.api import records, view
+from gpupool.api.auth import Authorizer, ClusterAuthorizer, RequireClusterReader
+from gpupool.api.dashboard import add_dashboard
+from gpupool.api.explain import NotPendingError, explain
+from gpupool.api.model import (
+    Cluster,
+    Cost,
+    Explanation,
+    Node,
+    PendingPod,
+    Pool,
+    Queue,
+    Records,
+    Team,
+)
+from gpupool.api.records import RecordSource
+from gpupool.api.sources import LiveView
+from gpupool.api.view import ClusterView
+from gpupool.kube.api import KubeAPI
+from gpupool.kube.live import LiveScheduler
+
+NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+"""A Kubernetes object name (DNS subdomain characters)."""
+
+
+def create_api(cluster_view: ClusterView, record_source: RecordSource | None = None) -> FastAPI:
+    """The API and dashboard over ``cluster_view``, with no access control (see create_face)."""
+    app = FastAPI(
+        title="gpupool",
+        version="1",
+        description="Read-only view of a gpupool cluster: GPUs and their shares, pending pods "
+        "and why, teams, pools, queues, governance and cost.",
+        openapi_url="/api/openapi.json",
+        docs_url="/api/docs",
+        redoc_url=None,
+    )
+
+    @app.get("/api/v1/cluster", tags=["cluster"])
+    async def get_cluster() -> Cluster:
+        """Summary: nodes, GPUs, shares used, pods placed and pending by reason."""
+        return view.cluster(cluster_view)
+
+    @app.get("/api/v1/nodes", tags=["cluster"])
+    async def get_nodes() -> list[Node]:
+        """Every node with its GPUs and each GPU's shares."""
+        return view.nodes(cluster_view)
+
+    @app.get("/api/v1/pending", tags=["pods"])
+    async def get_pending() -> list[PendingPod]:
+        """Pending pods in scheduling order, with the scheduler's reason."""
+        return view.pending(cluster_view)
+
+    @app.get(
+        "/api/v1/pending/{namespace}/{name}",
+        tags=["pods"],
+        responses={404: {"description": "The pod is not pending"}},
+    )
+    async def get_explanation(
+        namespace: Annotated[str, Path(max_length=63, pattern=NAME)],
+        name: Annotated[str, Path(max_length=253, pattern=NAME)],
+    ) -> Explanation:
+        """Why a pod is pending, its place in the queue and what would have to free up."""
+        try:
+            return explain(cluster_view, f"{namespace}/{name}")
+        except NotPendingError as error:
+            raise HTTPException(status_code=404, detail=str(error)) from None
+
+    @app.get("/api/v1/teams", tags=["quota"])
+    async def get_teams() -> list[Team]:
+        """GPU share held and pods pending per team (queue label or namespace)."""
+        return view.teams(cluster_view)
+
+    @app.get("/api/v1/pools", tags=["quota"])
+    async def get_pools() -> list[Pool]:
+        """GPUPools with their capacity and allocation."""
+        return cluster_view.pools()
+
+    @app.get("/api/v1/queues", tags=["quota"])
+    async def get_queues() -> list[Queue]:
+        """GPUQueues with their quota and use."""
+        return cluster_view.queues()
+
+    @app.get("/api/v1/governance/actions", tags=["governance"])
+    async def get_actions(limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Records:
+        """The latest governance actions."""
+        return records.actions(record_source, limit)
+
+    @app.get("/api/v1/audit", tags=["governance"])
+    async def get_audit(limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Records:
+        """The latest audit entries."""
+        return records.audit(record_source, limit)
+
+    @app.get("/api/v1/cost", tags=["governance"])
+    async def get_cost() -> Cost:
+        """GPU-hours per team."""
+        return records.cost(record_source)
+
+    add_dashboard(app, cluster_view)
+    return app
+
+
+def create_face(
+    cluster_view: ClusterView,
+    authorizer: Authorizer | None,
+    record_source: RecordSource | None = None,
+) -> ASGIApp:
+    """The API and dashboard, open to loopback and to readers the cluster authorizes."""
+    return RequireClusterReader(create_api(cluster_view, record_source), authorizer)
+
+
+def live_face(scheduler: LiveScheduler, api: KubeAPI) -> ASGIApp:
+    """The face of a live control plane: its scheduler's cache, tokens checked by its cluster."""
+    return create_face(LiveView(scheduler), ClusterAuthorizer(api))

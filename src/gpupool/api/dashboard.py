@@ -1,0 +1,76 @@
+"""The dashboard: server-rendered HTML, refreshed every two seconds by htmx, no JS build step.
+
+The page is Jinja2 templates over the same read model as the API (:mod:`gpupool.api.view`), so
+what the dashboard shows cannot disagree with what ``/api/v1`` answers. The live part is one
+fragment (``/ui/live``) that htmx swaps in place; the GPU-hours chart is drawn by uPlot from
+``/api/v1/teams`` samples the browser collects while the page is open (the store's cost history
+is at ``/api/v1/cost``). htmx and uPlot are vendored into the package (``static/vendor``,
+``scripts/vendor_js.sh``), so the dashboard works on a cluster with no way out to a CDN.
+
+Team colours come from a hash of the team's name, so a team keeps its colour across refreshes,
+replicas and restarts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.staticfiles import StaticFiles
+
+from gpupool.api import view
+from gpupool.api.view import ClusterView
+
+REFRESH_SECONDS = 2
+
+_templates = Environment(
+    loader=PackageLoader("gpupool.api", "templates"),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def team_colour(team: str) -> str:
+    """A stable, readable colour for a team: its hue from the name's hash."""
+    digest = hashlib.sha256(team.encode()).digest()
+    hue = int.from_bytes(digest[:2], "big") % 360
+    return f"hsl({hue} 65% 55%)"
+
+
+def _live_context(cluster_view: ClusterView) -> dict[str, object]:
+    nodes = view.nodes(cluster_view)
+    teams = view.teams(cluster_view)
+    shared_teams = sorted({s.team for n in nodes for g in n.gpus for s in g.shares})
+    return {
+        "cluster": view.cluster(cluster_view),
+        "nodes": nodes,
+        "teams": teams,
+        "pending": view.pending(cluster_view),
+        "pools": cluster_view.pools(),
+        "queues": cluster_view.queues(),
+        "colours": {t: team_colour(t) for t in {*shared_teams, *(t.name for t in teams)}},
+        "legend": shared_teams,
+        "idle": [(n.name, g.index) for n in nodes for g in n.gpus if not g.shares],
+    }
+
+
+def add_dashboard(app: FastAPI, cluster_view: ClusterView) -> None:
+    """Add ``/``, ``/ui/live`` and ``/static`` to ``app`` (left out of the OpenAPI document)."""
+    static = resources.files("gpupool.api") / "static"
+    app.mount("/static", StaticFiles(directory=str(static)), name="static")
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def index(request: Request) -> HTMLResponse:
+        html = _templates.get_template("index.html").render(
+            refresh=REFRESH_SECONDS, **_live_context(cluster_view)
+        )
+        return HTMLResponse(html)
+
+    @app.get("/ui/live", response_class=HTMLResponse, include_in_schema=False)
+    async def live(request: Request) -> HTMLResponse:
+        html = _templates.get_template("live.html").render(**_live_context(cluster_view))
+        return HTMLResponse(html)
