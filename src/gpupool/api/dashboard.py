@@ -7,13 +7,13 @@ fragment (``/ui/live``) that htmx swaps in place; the GPU-hours chart is drawn b
 is at ``/api/v1/cost``). htmx and uPlot are vendored into the package (``static/vendor``,
 ``scripts/vendor_js.sh``), so the dashboard works on a cluster with no way out to a CDN.
 
-Team colours come from a hash of the team's name, so a team keeps its colour across refreshes,
-replicas and restarts.
+Teams are coloured from a fixed palette of distinguishable colours, in the order of their names,
+so a team keeps its colour across refreshes and replicas while the set of teams stays the same
+(hash-derived hues made neighbouring teams look alike).
 """
 
 from __future__ import annotations
 
-import hashlib
 from importlib import resources
 
 from fastapi import FastAPI, Request
@@ -34,11 +34,25 @@ _templates = Environment(
 )
 
 
-def team_colour(team: str) -> str:
-    """A stable, readable colour for a team: its hue from the name's hash."""
-    digest = hashlib.sha256(team.encode()).digest()
-    hue = int.from_bytes(digest[:2], "big") % 360
-    return f"hsl({hue} 65% 55%)"
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#e15759",
+    "#b07aa1",
+    "#76b7b2",
+    "#edc948",
+    "#ff9da7",
+    "#9c755f",
+    "#2f4b7c",
+    "#a0cbe8",
+    "#8cd17d",
+)
+
+
+def team_colours(teams: set[str]) -> dict[str, str]:
+    """A colour per team: the palette in name order (repeating after twelve teams)."""
+    return {team: PALETTE[i % len(PALETTE)] for i, team in enumerate(sorted(teams))}
 
 
 def _live_context(cluster_view: ClusterView) -> dict[str, object]:
@@ -52,7 +66,7 @@ def _live_context(cluster_view: ClusterView) -> dict[str, object]:
         "pending": view.pending(cluster_view),
         "pools": cluster_view.pools(),
         "queues": cluster_view.queues(),
-        "colours": {t: team_colour(t) for t in {*shared_teams, *(t.name for t in teams)}},
+        "colours": team_colours({*shared_teams, *(t.name for t in teams)}),
         "legend": shared_teams,
         "idle": [(n.name, g.index) for n in nodes for g in n.gpus if not g.shares],
     }
