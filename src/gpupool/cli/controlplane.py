@@ -86,8 +86,13 @@ def control_plane(
     )
     face = None
     if api:
-        from gpupool.api.app import live_face
-
+        try:
+            from gpupool.api.app import live_face
+        except ImportError as error:
+            raise fail(
+                f"--api: the REST API needs the face extra (pip install 'gpupool[face]'), "
+                f"or pass --no-api: {error}"
+            ) from None
         face = live_face
     config = ServiceConfig(
         kubeconfig=kubeconfig, live=live, lease=lease, http_address=address, face=face
