@@ -2,16 +2,25 @@
 
 One FastAPI app, so the OpenAPI document (``/api/openapi.json``, browsable at ``/api/docs``)
 describes exactly the routes that are served; the dashboard's HTML routes are left out of it.
-Every answer is computed from the :class:`~gpupool.api.view.ClusterView` at request time. Path
-parameters are validated by FastAPI (422 naming the field), an unknown pod is a 404, and nothing
-a client sends reaches the view except a pod name compared for equality.
+
+Each request takes a detached copy of the view in the event loop (for the live scheduler, its
+own loop: the copy is consistent and costs milliseconds), then builds and serializes the answer
+in a worker thread, so a large cluster's answer never stops scheduling while it is computed; the
+GPU map (``/api/v1/nodes`` and the dashboard) is reused while fresh (:mod:`gpupool.api.reuse`).
+The answer is serialized with its pydantic type directly (the schema FastAPI documents), not
+validated a second time. Path parameters are validated by FastAPI (422 naming the field), an
+unknown pod is a 404, and nothing a client sends reaches the view except a pod name compared
+for equality.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
-from fastapi import FastAPI, HTTPException, Path, Query
+from fastapi import FastAPI, HTTPException, Path, Query, Response
+from pydantic import TypeAdapter
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp
 
 from gpupool.api import records, view
@@ -30,6 +39,7 @@ from gpupool.api.model import (
     Team,
 )
 from gpupool.api.records import RecordSource
+from gpupool.api.reuse import Fresh
 from gpupool.api.sources import LiveView
 from gpupool.api.view import ClusterView
 from gpupool.kube.api import KubeAPI
@@ -37,6 +47,8 @@ from gpupool.kube.live import LiveScheduler
 
 NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 """A Kubernetes object name (DNS subdomain characters)."""
+
+T = TypeVar("T")
 
 
 def create_api(cluster_view: ClusterView, record_source: RecordSource | None = None) -> FastAPI:
@@ -51,40 +63,55 @@ def create_api(cluster_view: ClusterView, record_source: RecordSource | None = N
         redoc_url=None,
     )
 
-    @app.get("/api/v1/cluster", tags=["cluster"])
-    async def get_cluster() -> Cluster:
+    reused: Fresh[bytes] = Fresh()
+
+    async def answer(
+        build: Callable[..., T], kind: type[T] | Any, *args: object, reuse: str = ""
+    ) -> Response:
+        adapter: TypeAdapter[T] = TypeAdapter(kind)
+
+        async def compute() -> bytes:
+            frozen = cluster_view.detached()  # in the loop; built in a worker thread
+            return await run_in_threadpool(lambda: adapter.dump_json(build(frozen, *args)))
+
+        body = await (reused.get(reuse, compute) if reuse else compute())
+        return Response(body, media_type="application/json")
+
+    @app.get("/api/v1/cluster", tags=["cluster"], response_model=Cluster)
+    async def get_cluster() -> Response:
         """Summary: nodes, GPUs, shares used, pods placed and pending by reason."""
-        return view.cluster(cluster_view)
+        return await answer(view.cluster, Cluster)
 
-    @app.get("/api/v1/nodes", tags=["cluster"])
-    async def get_nodes() -> list[Node]:
+    @app.get("/api/v1/nodes", tags=["cluster"], response_model=list[Node])
+    async def get_nodes() -> Response:
         """Every node with its GPUs and each GPU's shares."""
-        return view.nodes(cluster_view)
+        return await answer(view.nodes, list[Node], reuse="nodes")
 
-    @app.get("/api/v1/pending", tags=["pods"])
-    async def get_pending() -> list[PendingPod]:
+    @app.get("/api/v1/pending", tags=["pods"], response_model=list[PendingPod])
+    async def get_pending() -> Response:
         """Pending pods in scheduling order, with the scheduler's reason."""
-        return view.pending(cluster_view)
+        return await answer(view.pending, list[PendingPod])
 
     @app.get(
         "/api/v1/pending/{namespace}/{name}",
         tags=["pods"],
+        response_model=Explanation,
         responses={404: {"description": "The pod is not pending"}},
     )
     async def get_explanation(
         namespace: Annotated[str, Path(max_length=63, pattern=NAME)],
         name: Annotated[str, Path(max_length=253, pattern=NAME)],
-    ) -> Explanation:
+    ) -> Response:
         """Why a pod is pending, its place in the queue and what would have to free up."""
         try:
-            return explain(cluster_view, f"{namespace}/{name}")
+            return await answer(explain, Explanation, f"{namespace}/{name}")
         except NotPendingError as error:
             raise HTTPException(status_code=404, detail=str(error)) from None
 
-    @app.get("/api/v1/teams", tags=["quota"])
-    async def get_teams() -> list[Team]:
+    @app.get("/api/v1/teams", tags=["quota"], response_model=list[Team])
+    async def get_teams() -> Response:
         """GPU share held and pods pending per team (queue label or namespace)."""
-        return view.teams(cluster_view)
+        return await answer(view.teams, list[Team])
 
     @app.get("/api/v1/pools", tags=["quota"])
     async def get_pools() -> list[Pool]:

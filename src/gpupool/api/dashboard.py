@@ -1,11 +1,13 @@
 """The dashboard: server-rendered HTML, refreshed every two seconds by htmx, no JS build step.
 
 The page is Jinja2 templates over the same read model as the API (:mod:`gpupool.api.view`), so
-what the dashboard shows cannot disagree with what ``/api/v1`` answers. The live part is one
-fragment (``/ui/live``) that htmx swaps in place; the GPU-hours chart is drawn by uPlot from
-``/api/v1/teams`` samples the browser collects while the page is open (the store's cost history
-is at ``/api/v1/cost``). htmx and uPlot are vendored into the package (``static/vendor``,
-``scripts/vendor_js.sh``), so the dashboard works on a cluster with no way out to a CDN.
+what the dashboard shows cannot disagree with what ``/api/v1`` answers; like the API, it renders
+from a detached copy of the view in a worker thread, never in the scheduler's loop. The live
+part is one fragment (``/ui/live``) that htmx swaps in place; the GPU-hours chart is drawn by
+uPlot from ``/api/v1/teams`` samples the browser collects while the page is open (the store's
+cost history is at ``/api/v1/cost``). htmx and uPlot are vendored into the package
+(``static/vendor``, ``scripts/vendor_js.sh``), so the dashboard works on a cluster with no way
+out to a CDN. The rendered HTML is reused while fresh (:mod:`gpupool.api.reuse`).
 
 Teams are coloured from a fixed palette of distinguishable colours, in the order of their names,
 so a team keeps its colour across refreshes and replicas while the set of teams stays the same
@@ -14,14 +16,17 @@ so a team keeps its colour across refreshes and replicas while the set of teams 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from importlib import resources
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
 
 from gpupool.api import view
+from gpupool.api.reuse import Fresh
 from gpupool.api.view import ClusterView
 
 REFRESH_SECONDS = 2
@@ -72,19 +77,36 @@ def _live_context(cluster_view: ClusterView) -> dict[str, object]:
     }
 
 
+def render_page(cluster_view: ClusterView) -> str:
+    """The whole page's HTML (``/``)."""
+    return _templates.get_template("index.html").render(
+        refresh=REFRESH_SECONDS, **_live_context(cluster_view)
+    )
+
+
+def render_live(cluster_view: ClusterView) -> str:
+    """The live fragment's HTML (``/ui/live``)."""
+    return _templates.get_template("live.html").render(**_live_context(cluster_view))
+
+
 def add_dashboard(app: FastAPI, cluster_view: ClusterView) -> None:
     """Add ``/``, ``/ui/live`` and ``/static`` to ``app`` (left out of the OpenAPI document)."""
     static = resources.files("gpupool.api") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
 
+    reused: Fresh[str] = Fresh()
+
+    def rendered(render: Callable[[ClusterView], str]) -> Callable[[], Awaitable[str]]:
+        async def build() -> str:
+            frozen = cluster_view.detached()  # in the loop; rendered in a worker thread
+            return await run_in_threadpool(render, frozen)
+
+        return build
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index(request: Request) -> HTMLResponse:
-        html = _templates.get_template("index.html").render(
-            refresh=REFRESH_SECONDS, **_live_context(cluster_view)
-        )
-        return HTMLResponse(html)
+        return HTMLResponse(await reused.get("page", rendered(render_page)))
 
     @app.get("/ui/live", response_class=HTMLResponse, include_in_schema=False)
     async def live(request: Request) -> HTMLResponse:
-        html = _templates.get_template("live.html").render(**_live_context(cluster_view))
-        return HTMLResponse(html)
+        return HTMLResponse(await reused.get("live", rendered(render_live)))
