@@ -31,13 +31,16 @@ lint: $(STAMP)
 # The integration tests run a real etcd, kube-apiserver, kwok and kube-scheduler, built from Go
 # modules into a cache outside the repo (about 10 minutes the first time, seconds afterwards),
 # and check /metrics with promtool (from Debian's prometheus package, extracted into the cache).
-# The dashboard's browser test drives Debian's headless Chromium (scripts/install-browser.sh) and
-# the Helm chart is rendered by helm built from its Go module (scripts/build-helm.sh).
+# The dashboard's browser test drives Debian's headless Chromium (scripts/install-browser.sh); the
+# Helm chart is rendered by helm built from its Go module (scripts/build-helm.sh) and dry-run with
+# cert-manager's and the Prometheus operator's CRDs generated from their Go types
+# (scripts/thirdparty-crds.sh).
 unit: $(STAMP)
 	GPUPOOL_CONTROLPLANE_BIN="$$(scripts/build-control-plane.sh)" \
 		GPUPOOL_PROMTOOL="$$(scripts/install-promtool.sh)" \
 		GPUPOOL_CHROMEDRIVER="$$(scripts/install-browser.sh)" \
-		GPUPOOL_HELM="$$(scripts/build-helm.sh)" $(BIN)/pytest
+		GPUPOOL_HELM="$$(scripts/build-helm.sh)" \
+		GPUPOOL_THIRDPARTY_CRDS="$$(scripts/thirdparty-crds.sh)" $(BIN)/pytest
 
 test: lint unit
 

@@ -1,11 +1,12 @@
 """Every manifest the Helm chart renders is accepted by the real API server (server-side dry run).
 
 The chart is rendered by helm built from its Go module (scripts/build-helm.sh) with its default
-values and with the REST API and admission policy switched off; the control-plane namespace is
-created for real with the restricted Pod Security level, as the chart's notes ask, and the CRDs
-are dry-run first. A Pod Security warning fails the test as a refusal would. The cert-manager and
-ServiceMonitor variants need those projects' CRDs, which this cluster does not have; their
-objects are checked against the code in tests/contract/test_helm_chart.py.
+values, with the REST API and admission policy switched off, and with cert-manager and the
+ServiceMonitor switched on. The control-plane namespace is created for real with the restricted
+Pod Security level, as the chart's notes ask, and the chart's CRDs are dry-run first. A Pod
+Security warning fails the test as a refusal would. For the last variant the API server is
+first given cert-manager's and the Prometheus operator's CRDs, generated from those projects'
+Go API types (scripts/thirdparty-crds.sh).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import pytest
 import yaml
 
 from gpupool.kube.api import ApiError, KubeAPI
+
+from .live_helpers import wait_for
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpupool"
 NAMESPACE = "gpupool-system"
@@ -55,12 +58,48 @@ async def _collection(api: KubeAPI, manifest: dict[str, Any]) -> str:
     return f"{prefix}/{resource['name']}"
 
 
+def _thirdparty_crds() -> list[dict[str, Any]]:
+    configured = os.environ.get("GPUPOOL_THIRDPARTY_CRDS", "")
+    found = sorted((Path.home() / ".cache" / "gpupool" / "thirdparty-crds").glob("*/.complete"))
+    folder = Path(configured) if configured else (found[-1].parent if found else None)
+    if folder is None or not (folder / ".complete").is_file():
+        pytest.fail("third-party CRDs not found: run scripts/thirdparty-crds.sh (make test does)")
+    return [yaml.safe_load(path.read_text()) for path in sorted(folder.glob("*.yaml"))]
+
+
+async def _establish(api: KubeAPI, crds: list[dict[str, Any]]) -> None:
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    for crd in crds:
+        try:
+            await api.create(path, crd)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+
+    async def established() -> bool:
+        for crd in crds:
+            status = (await api.get(f"{path}/{crd['metadata']['name']}")).get("status", {})
+            conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+            if conditions.get("Established") != "True":
+                return False
+        return True
+
+    await wait_for(established, 30, "the third-party CRDs to be established")
+
+
 @pytest.mark.parametrize(
-    "values", [(), ("controlPlane.api=false", "admissionPolicy.enabled=false")]
+    "values",
+    [
+        (),
+        ("controlPlane.api=false", "admissionPolicy.enabled=false"),
+        ("webhook.certificate=cert-manager", "serviceMonitor.enabled=true"),
+    ],
 )
 async def test_every_rendered_manifest_passes_a_server_side_dry_run(
     api: KubeAPI, values: tuple[str, ...]
 ) -> None:
+    if "serviceMonitor.enabled=true" in values:
+        await _establish(api, _thirdparty_crds())
     try:
         await api.create(
             "/api/v1/namespaces",
@@ -76,7 +115,9 @@ async def test_every_rendered_manifest_passes_a_server_side_dry_run(
             raise
     documents = _rendered(*values)
     kinds = {d["kind"] for d in documents}
-    assert {"CustomResourceDefinition", "Deployment", "DaemonSet", "Secret"} <= kinds
+    assert {"CustomResourceDefinition", "Deployment", "DaemonSet"} <= kinds
+    if values and values[0] == "webhook.certificate=cert-manager":
+        assert {"Certificate", "Issuer", "ServiceMonitor"} <= kinds
     ordered = sorted(documents, key=lambda d: d["kind"] != "CustomResourceDefinition")
     for manifest in ordered:
         path = await _collection(api, manifest)
