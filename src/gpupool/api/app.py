@@ -138,7 +138,7 @@ def create_api(cluster_view: ClusterView, record_source: RecordSource | None = N
         """GPU-hours per team."""
         return records.cost(record_source)
 
-    add_dashboard(app, cluster_view)
+    add_dashboard(app, cluster_view, record_source)
     return app
 
 

@@ -25,11 +25,13 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
 
-from gpupool.api import view
+from gpupool.api import records, view
+from gpupool.api.records import RecordSource
 from gpupool.api.reuse import Fresh
 from gpupool.api.view import ClusterView
 
 REFRESH_SECONDS = 2
+ACTIONS_SHOWN = 20
 
 _templates = Environment(
     loader=PackageLoader("gpupool.api", "templates"),
@@ -60,7 +62,9 @@ def team_colours(teams: set[str]) -> dict[str, str]:
     return {team: PALETTE[i % len(PALETTE)] for i, team in enumerate(sorted(teams))}
 
 
-def _live_context(cluster_view: ClusterView) -> dict[str, object]:
+def _live_context(
+    cluster_view: ClusterView, record_source: RecordSource | None = None
+) -> dict[str, object]:
     nodes = view.nodes(cluster_view)
     teams = view.teams(cluster_view)
     shared_teams = sorted({s.team for n in nodes for g in n.gpus for s in g.shares})
@@ -74,32 +78,37 @@ def _live_context(cluster_view: ClusterView) -> dict[str, object]:
         "colours": team_colours({*shared_teams, *(t.name for t in teams)}),
         "legend": shared_teams,
         "idle": [(n.name, g.index) for n in nodes for g in n.gpus if not g.shares],
+        "actions": records.actions(record_source, ACTIONS_SHOWN),
     }
 
 
-def render_page(cluster_view: ClusterView) -> str:
+def render_page(cluster_view: ClusterView, record_source: RecordSource | None = None) -> str:
     """The whole page's HTML (``/``)."""
     return _templates.get_template("index.html").render(
-        refresh=REFRESH_SECONDS, **_live_context(cluster_view)
+        refresh=REFRESH_SECONDS, **_live_context(cluster_view, record_source)
     )
 
 
-def render_live(cluster_view: ClusterView) -> str:
+def render_live(cluster_view: ClusterView, record_source: RecordSource | None = None) -> str:
     """The live fragment's HTML (``/ui/live``)."""
-    return _templates.get_template("live.html").render(**_live_context(cluster_view))
+    return _templates.get_template("live.html").render(**_live_context(cluster_view, record_source))
 
 
-def add_dashboard(app: FastAPI, cluster_view: ClusterView) -> None:
+def add_dashboard(
+    app: FastAPI, cluster_view: ClusterView, record_source: RecordSource | None = None
+) -> None:
     """Add ``/``, ``/ui/live`` and ``/static`` to ``app`` (left out of the OpenAPI document)."""
     static = resources.files("gpupool.api") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
 
     reused: Fresh[str] = Fresh()
 
-    def rendered(render: Callable[[ClusterView], str]) -> Callable[[], Awaitable[str]]:
+    def rendered(
+        render: Callable[[ClusterView, RecordSource | None], str],
+    ) -> Callable[[], Awaitable[str]]:
         async def build() -> str:
             frozen = cluster_view.detached()  # in the loop; rendered in a worker thread
-            return await run_in_threadpool(render, frozen)
+            return await run_in_threadpool(render, frozen, record_source)
 
         return build
 

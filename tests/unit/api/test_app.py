@@ -10,6 +10,7 @@ from starlette.testclient import TestClient
 from gpupool.api.app import create_api, create_face
 from gpupool.api.auth import ReviewUnavailableError, is_loopback
 from gpupool.api.example import example_view
+from gpupool.api.model import CostLine, Record
 
 
 @pytest.fixture
@@ -133,3 +134,35 @@ def test_no_api_server_means_closed() -> None:
 )
 def test_is_loopback(host: str | None, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+class Store:
+    def actions(self, limit: int) -> list[Record]:
+        return [
+            Record(
+                at="2026-12-01T00:00:00Z",
+                kind="reclaim",
+                subject="nlp/idle-0",
+                detail="idle 30 min: share returned",
+            )
+        ][:limit]
+
+    def audit(self, limit: int) -> list[Record]:
+        return []
+
+    def cost(self) -> list[CostLine]:
+        return [CostLine(team="nlp", gpu_hours=12.5)]
+
+
+def test_with_a_store_governance_and_cost_are_shown() -> None:
+    with TestClient(create_api(example_view(), Store())) as client:
+        actions = client.get("/api/v1/governance/actions?limit=5").json()
+        assert actions["configured"] is True
+        assert actions["items"][0]["subject"] == "nlp/idle-0"
+        assert client.get("/api/v1/cost").json()["teams"] == [{"team": "nlp", "gpu_hours": 12.5}]
+        page = client.get("/").text
+        assert "idle 30 min: share returned" in page
+
+
+def test_without_a_store_the_dashboard_says_so(client: TestClient) -> None:
+    assert "no store configured" in client.get("/ui/live").text
