@@ -24,7 +24,7 @@ from gpupool.kube.crds import crd_manifests
 from gpupool.kube.rbac import scheduler_role, signing_key_role
 from gpupool.webhook.configuration import WebhookTarget, webhook_configurations
 
-from .conftest import Render, helm_template
+from .conftest import CHART, Render, helm_binary, helm_template
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 GENERATED = {"labels", "annotations"}
@@ -186,3 +186,15 @@ def test_values_schema_names_the_bad_field() -> None:
         assert done.returncode != 0, value
         assert field in done.stderr, done.stderr
     assert json.loads((DEPLOY / "helm" / "gpupool" / "values.schema.json").read_text())
+
+
+def test_helm_lint_strict() -> None:
+    done = subprocess.run(
+        [str(helm_binary()), "lint", "--strict", str(CHART)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
