@@ -5,8 +5,10 @@ against a real server on loopback serving the example cluster."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,3 +100,19 @@ def test_no_server_is_one_line_naming_the_option() -> None:
     bad = run("gpupool", "top", "--once", "--server", "ftp://x")
     assert bad.returncode == 2
     assert "--server" in bad.stderr
+
+
+def test_top_refreshes_until_interrupted(server: str) -> None:
+    process = subprocess.Popen(
+        [str(SCRIPTS / "gpupool"), "top", "--interval", "0.2", "--server", server],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    time.sleep(3)  # the first frame, then refreshes every 0.2 s
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert "vision/train-0" in out
