@@ -1,6 +1,7 @@
 # gpupool's control-plane image: `docker build -t gpupool:0.1.0 .`
-# Stage 1 builds the wheel; stage 2 installs it with the kube extra on a clean slim image and
-# runs as a non-root user (deploy/scheduler-deployment.yaml runs it as uid 65532).
+# Stage 1 builds the wheel; stage 2 installs it with the kube, web (webhook) and face (REST API,
+# dashboard) extras on a clean slim image and runs as a non-root user
+# (deploy/scheduler-deployment.yaml runs it as uid 65532).
 FROM python:3.11-slim AS build
 WORKDIR /src
 RUN pip install --no-cache-dir build
@@ -13,7 +14,7 @@ RUN groupadd --system --gid 65532 gpupool \
     && useradd --system --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin gpupool
 COPY --from=build /dist/ /tmp/dist/
 RUN wheel="$(ls /tmp/dist/gpupool-*.whl)" \
-    && pip install --no-cache-dir "${wheel}[kube]" \
+    && pip install --no-cache-dir "${wheel}[kube,web,face]" \
     && rm -rf /tmp/dist
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 USER 65532:65532

@@ -14,7 +14,7 @@ export GPUPOOL_TRACE_DIR ?= $(TRACE_DIR)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --group dev -e '.[reports,kube,web,agent,postgres,sim]'
+	$(BIN)/python -m pip install --quiet --group dev -e '.[reports,kube,web,face,agent,postgres,sim]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -30,13 +30,19 @@ lint: $(STAMP)
 
 # The integration tests run a real etcd, kube-apiserver, kwok and kube-scheduler, built from Go
 # modules into a cache outside the repo (about 10 minutes the first time, seconds afterwards),
-# check /metrics with promtool (from Debian's prometheus package, extracted into the cache), and
+# check /metrics with promtool (from Debian's prometheus package, extracted into the cache),
 # run a throwaway PostgreSQL server for the store tests (Debian's postgresql package, installed by
-# scripts/install-postgres.sh when missing).
+# scripts/install-postgres.sh when missing), drive the dashboard in Debian's headless Chromium
+# (scripts/install-browser.sh), and render the Helm chart with helm built from its Go module
+# (scripts/build-helm.sh), dry-run with cert-manager's and the Prometheus operator's CRDs
+# generated from their Go types (scripts/thirdparty-crds.sh).
 unit: $(STAMP)
 	GPUPOOL_CONTROLPLANE_BIN="$$(scripts/build-control-plane.sh)" \
 		GPUPOOL_PROMTOOL="$$(scripts/install-promtool.sh)" \
-		GPUPOOL_POSTGRES_BIN="$$(scripts/install-postgres.sh)" $(BIN)/pytest
+		GPUPOOL_POSTGRES_BIN="$$(scripts/install-postgres.sh)" \
+		GPUPOOL_CHROMEDRIVER="$$(scripts/install-browser.sh)" \
+		GPUPOOL_HELM="$$(scripts/build-helm.sh)" \
+		GPUPOOL_THIRDPARTY_CRDS="$$(scripts/thirdparty-crds.sh)" $(BIN)/pytest
 
 test: lint unit test-kubelet
 

@@ -21,6 +21,7 @@ from gpupool.cli.bench_live import bench_live
 from gpupool.cli.controlplane import control_plane, install_crds
 from gpupool.cli.db import db_app
 from gpupool.cli.devcluster import devcluster_app
+from gpupool.cli.face import ServerOption, TokenOption, report_teams, status, top
 from gpupool.cli.options import SeedsError, fail, parse_seeds
 from gpupool.cli.report import report_app
 from gpupool.cli.sim_dynamic import sim_app
@@ -47,6 +48,9 @@ app.command("audit")(audit)
 app.add_typer(report_app, name="report")
 app.add_typer(db_app, name="db")
 app.add_typer(sim_app, name="sim")
+app.command("status")(status)
+app.command("top")(top)
+report_app.command("teams")(report_teams)
 
 TRACE_DIR_ENV = "GPUPOOL_TRACE_DIR"
 DEFAULT_TRACE_DIR = Path("../shared/data/openb")
@@ -196,14 +200,35 @@ def demo(
 
 @app.command()
 def explain(
-    at_percent: Annotated[float, typer.Option(help="Arrived load to replay to first.")] = 60.0,
-    seed: Annotated[int, typer.Option(help="Seed of the replay.")] = 42,
-    top: Annotated[int, typer.Option(help="How many candidate nodes to show.")] = 5,
+    pod: Annotated[
+        str | None,
+        typer.Argument(help="A pending pod (NAME or NAMESPACE/NAME) of a running control plane."),
+    ] = None,
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="Namespace of POD given as NAME.")
+    ] = "default",
+    server: ServerOption = "",
+    token: TokenOption = "",
+    at_percent: Annotated[
+        float, typer.Option(help="Without POD: arrived load to replay to first.")
+    ] = 60.0,
+    seed: Annotated[int, typer.Option(help="Without POD: seed of the replay.")] = 42,
+    top: Annotated[int, typer.Option(help="Without POD: how many candidate nodes to show.")] = 5,
 ) -> None:
-    """Show where the default policy would put the next pod of the default trace, and why."""
+    """Why POD is pending (live); without POD: a replay of where the next pod would go.
+
+    With POD, asks a running control plane (--server) for the pod's reason, queue position and
+    what would have to free up. Without it, replays the default trace to --at-percent and shows
+    where the default policy would put the next pod, and why.
+    """
     from rich.console import Console
 
     from gpupool.cli.explain import run_explain
+    from gpupool.cli.face import explain_pod
+
+    if pod is not None:
+        explain_pod(pod, namespace, server, token)
+        return
 
     if not 0 <= at_percent <= 130:
         raise fail("--at-percent: must be between 0 and 130")

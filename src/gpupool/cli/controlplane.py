@@ -34,6 +34,10 @@ def control_plane(
             help="host:port of /healthz, /readyz and /metrics ('' for none, port 0: any)."
         ),
     ] = "127.0.0.1:9402",
+    api: Annotated[
+        bool,
+        typer.Option(help="Also serve the REST API (/api/v1) and dashboard (/) there."),
+    ] = True,
 ) -> None:
     """Run the scheduler live: one active replica per Lease, the others on standby."""
     from gpupool.cli.options import fail
@@ -80,7 +84,19 @@ def control_plane(
         policy=policy,
         bind_concurrency=bind_concurrency,
     )
-    config = ServiceConfig(kubeconfig=kubeconfig, live=live, lease=lease, http_address=address)
+    face = None
+    if api:
+        try:
+            from gpupool.api.app import live_face
+        except ImportError as error:
+            raise fail(
+                f"--api: the REST API needs the face extra (pip install 'gpupool[face]'), "
+                f"or pass --no-api: {error}"
+            ) from None
+        face = live_face
+    config = ServiceConfig(
+        kubeconfig=kubeconfig, live=live, lease=lease, http_address=address, face=face
+    )
     try:
         code = asyncio.run(serve(config))
     except InClusterConfigError as error:

@@ -12,6 +12,9 @@ named instead of leaving a replica that Kubernetes can never probe.
   which), 503 before: a standby with warm caches is ready to take over, which is what a
   PodDisruptionBudget needs to know.
 * ``/metrics``: the process's own registry, in the format the scraper asks for.
+* everything else: the face (the REST API and dashboard, :mod:`gpupool.api`) when one is
+  given, mounted after the three routes above so that probes and scrapes never pass through its
+  access control. It is passed in as a plain ASGI app because the API sits above this package.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from prometheus_client.exposition import choose_encoder
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import ASGIApp
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +52,10 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def build_app(registry: CollectorRegistry, readiness: Readiness) -> Starlette:
-    """The ASGI app with the three endpoints."""
+def build_app(
+    registry: CollectorRegistry, readiness: Readiness, face: ASGIApp | None = None
+) -> Starlette:
+    """The ASGI app with the three endpoints, and ``face`` mounted at ``/`` when given."""
 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok\n")
@@ -66,13 +72,14 @@ def build_app(registry: CollectorRegistry, readiness: Readiness) -> Starlette:
         # thread changes
         return Response(encoder(registry), media_type=content_type)
 
-    return Starlette(
-        routes=[
-            Route("/healthz", healthz),
-            Route("/readyz", readyz),
-            Route("/metrics", metrics),
-        ]
-    )
+    routes: list[BaseRoute] = [
+        Route("/healthz", healthz),
+        Route("/readyz", readyz),
+        Route("/metrics", metrics),
+    ]
+    if face is not None:
+        routes.append(Mount("/", app=face))
+    return Starlette(routes=routes)
 
 
 class _QuietServer(uvicorn.Server):

@@ -18,10 +18,12 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx2
+from starlette.types import ASGIApp
 
 from gpupool.kube.api import ApiError, KubeAPI
 from gpupool.kube.http import HttpServer, build_app
@@ -87,12 +89,15 @@ class ServiceConfig:
         lease: The leader election.
         http_address: Where ``/healthz``, ``/readyz`` and ``/metrics`` listen (port 0: any
             free port, logged); ``None``: no HTTP server.
+        face: Builds the REST API and dashboard for the replica's scheduler and API client
+            (:func:`gpupool.api.app.create_face`), served on the same address; ``None``: none.
     """
 
     kubeconfig: Path | None
     live: LiveConfig
     lease: LeaseConfig
     http_address: tuple[str, int] | None = ("127.0.0.1", 9402)
+    face: Callable[[LiveScheduler, KubeAPI], ASGIApp] | None = None
 
     def connect(self, timeout: float = 30.0, connections: int = 16) -> KubeAPI:
         """A client for the cluster, from the kubeconfig or in-cluster."""
@@ -122,6 +127,7 @@ async def serve(config: ServiceConfig) -> int:
         app = build_app(
             scheduler_registry(scheduler, lambda: role.leading),
             lambda: _readiness(scheduler, role),
+            config.face(scheduler, api) if config.face is not None else None,
         )
         try:
             http = HttpServer(app, *config.http_address)

@@ -1,0 +1,111 @@
+"""Why a pending pod waits and what would have to free up: ``gpupool explain POD``.
+
+The scheduler's message already counts the nodes per reason; what a user asks next is "what
+would it take": for every node that could ever hold the pod (enough GPUs of an allowed model and
+size, enough CPU and memory),
+the shares still to free on the GPUs closest to fitting, and who holds them. Computed from the
+snapshot with numpy, without touching it, so an explanation can never change a placement.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from gpupool.api.model import Explanation, FreeUp
+from gpupool.api.view import ClusterView, pending
+from gpupool.core.model import PodSpec, RequestKind
+from gpupool.core.snapshot import ClusterSnapshot
+
+CLOSEST = 3
+"""How many candidate nodes an explanation lists."""
+
+
+class NotPendingError(LookupError):
+    """The pod named is not pending (placed, unknown, or another scheduler's)."""
+
+
+def _free_up(snapshot: ClusterSnapshot, spec: PodSpec, row: int, view: ClusterView) -> FreeUp:
+    gpus = int(snapshot.gpu_count[row])
+    milli_need = spec.gpu_milli
+    memory_need = np.where(
+        spec.kind is RequestKind.WHOLE,
+        snapshot.gpu_memory_capacity[row, :gpus],
+        spec.gpu_memory_mib,
+    )
+    milli_short = np.maximum(milli_need - snapshot.gpu_free[row, :gpus], 0)
+    memory_short = np.maximum(memory_need - snapshot.gpu_memory_free[row, :gpus], 0)
+    # the GPUs closest to fitting: least compute to free, then least memory
+    order = np.lexsort((memory_short, milli_short))[: spec.gpu_count]
+    chosen = sorted(int(g) for g in order)
+    holders = sorted(
+        view.pod_info(pod_id).key
+        for pod_id in snapshot.pods_on_node[row]
+        if set(snapshot.allocations[pod_id].gpus) & set(chosen)
+    )
+    return FreeUp(
+        node=snapshot.node_names[row],
+        gpus=chosen,
+        milli_short=int(milli_short[order].sum()),
+        memory_short_mib=int(memory_short[order].sum()),
+        cpu_short_milli=max(spec.cpu_milli - int(snapshot.cpu_free[row]), 0),
+        memory_short_node_mib=max(spec.memory_mib - int(snapshot.memory_free[row]), 0),
+        holders=holders,
+    )
+
+
+def _could_fit(snapshot: ClusterSnapshot, spec: PodSpec | None) -> npt.NDArray[np.bool_]:
+    """Nodes that could hold ``spec`` if nothing else ran there."""
+    if spec is None:
+        return np.zeros(snapshot.size, dtype=bool)
+    fits = (
+        (snapshot.gpu_count >= spec.gpu_count)
+        & (snapshot.cpu_capacity >= spec.cpu_milli)
+        & (snapshot.memory_capacity >= spec.memory_mib)
+    )
+    if spec.gpu_count:
+        fits &= snapshot.model_mask(spec.gpu_models)
+        fits &= snapshot.gpu_memory_capacity.max(axis=1) >= spec.gpu_memory_mib
+    return fits
+
+
+def explain(view: ClusterView, pod: str) -> Explanation:
+    """Explain the pending pod ``pod`` (``namespace/name``).
+
+    Raises:
+        NotPendingError: No pending pod has that name.
+    """
+    waiting = pending(view)
+    found = next((p for p in waiting if p.pod == pod), None)
+    if found is None:
+        raise NotPendingError(f"pod {pod!r} is not pending")
+    spec = next(w.spec for w in view.waiting() if w.info.key == pod)
+    snapshot = view.snapshot()
+    if snapshot is None:
+        return Explanation(
+            pending=found,
+            pending_total=len(waiting),
+            nodes_total=0,
+            nodes_could_fit=0,
+            closest=[],
+        )
+    fitting = _could_fit(snapshot, spec)
+    candidates: list[FreeUp] = []
+    if spec is not None and spec.kind in (RequestKind.WHOLE, RequestKind.SHARE):
+        candidates = [_free_up(snapshot, spec, int(row), view) for row in np.flatnonzero(fitting)]
+        candidates.sort(
+            key=lambda c: (
+                c.milli_short,
+                c.memory_short_mib,
+                c.cpu_short_milli,
+                c.memory_short_node_mib,
+                c.node,
+            )
+        )
+    return Explanation(
+        pending=found,
+        pending_total=len(waiting),
+        nodes_total=snapshot.size,
+        nodes_could_fit=int(fitting.sum()),
+        closest=candidates[:CLOSEST],
+    )
