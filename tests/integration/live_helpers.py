@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
 from gpupool.kube.allocation_check import check_allocations, inventory
-from gpupool.kube.api import KubeAPI
+from gpupool.kube.api import ApiError, KubeAPI
 
 Json = dict[str, Any]
 
@@ -196,3 +197,34 @@ async def grant_cluster_role(api: KubeAPI, manifest: Path, user: str) -> None:
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
         },
     )
+
+
+def thirdparty_crds() -> list[dict[str, Any]]:
+    """cert-manager's and the Prometheus operator's CRDs (scripts/thirdparty-crds.sh)."""
+    configured = os.environ.get("GPUPOOL_THIRDPARTY_CRDS", "")
+    found = sorted((Path.home() / ".cache" / "gpupool" / "thirdparty-crds").glob("*/.complete"))
+    folder = Path(configured) if configured else (found[-1].parent if found else None)
+    if folder is None or not (folder / ".complete").is_file():
+        pytest.fail("third-party CRDs not found: run scripts/thirdparty-crds.sh (make test does)")
+    return [yaml.safe_load(path.read_text()) for path in sorted(folder.glob("*.yaml"))]
+
+
+async def establish_crds(api: KubeAPI, crds: list[dict[str, Any]]) -> None:
+    """Create ``crds`` (if missing) and wait until they are served."""
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    for crd in crds:
+        try:
+            await api.create(path, crd)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+
+    async def established() -> bool:
+        for crd in crds:
+            status = (await api.get(f"{path}/{crd['metadata']['name']}")).get("status", {})
+            conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+            if conditions.get("Established") != "True":
+                return False
+        return True
+
+    await wait_for(established, 30, "the third-party CRDs to be established")

@@ -22,17 +22,25 @@ from gpupool.kube.admission_policy import policy_manifests
 from gpupool.kube.api import ApiError, KubeAPI
 from gpupool.kube.rbac import scheduler_role, signing_key_role
 
+from .live_helpers import establish_crds, thirdparty_crds
+
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 ROOT = DEPLOY.parent
 
 
-def _documents() -> list[tuple[str, dict[str, Any]]]:
+def _documents(pattern: str = "*.yaml") -> list[tuple[str, dict[str, Any]]]:
     return [
         (path.name, document)
-        for path in sorted(DEPLOY.glob("*.yaml"))
+        for path in sorted(DEPLOY.glob(pattern))
         for document in yaml.safe_load_all(path.read_text())
         if document
     ]
+
+
+def _scheduler_by_kind() -> dict[str, dict[str, Any]]:
+    """The scheduler's documents (its files and the admission policy) by kind."""
+    documents = _documents("scheduler-*.yaml") + _documents("admission-policy.yaml")
+    return {document["kind"]: document for _, document in documents}
 
 
 async def _collection(api: KubeAPI, manifest: dict[str, Any]) -> str:
@@ -49,6 +57,7 @@ async def _collection(api: KubeAPI, manifest: dict[str, Any]) -> str:
 
 
 async def test_every_manifest_is_accepted_by_a_server_side_dry_run(api: KubeAPI) -> None:
+    await establish_crds(api, thirdparty_crds())  # deploy/webhook-cert.yaml uses cert-manager's
     documents = _documents()
     kinds = [document["kind"] for _, document in documents]
     assert {
@@ -82,7 +91,7 @@ async def test_every_manifest_is_accepted_by_a_server_side_dry_run(api: KubeAPI)
 
 
 def test_the_files_match_what_the_code_installs() -> None:
-    by_kind = {document["kind"]: document for _, document in _documents()}
+    by_kind = _scheduler_by_kind()
     assert by_kind["ClusterRole"] == scheduler_role()
     assert by_kind["Role"] == signing_key_role("gpupool-system")
     shipped = [by_kind["ValidatingAdmissionPolicy"], by_kind["ValidatingAdmissionPolicyBinding"]]
@@ -90,7 +99,7 @@ def test_the_files_match_what_the_code_installs() -> None:
 
 
 def test_the_deployment_runs_the_scheduler_as_its_account_with_probes() -> None:
-    by_kind = {document["kind"]: document for _, document in _documents()}
+    by_kind = _scheduler_by_kind()
     deployment = by_kind["Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]

@@ -22,7 +22,7 @@ import yaml
 
 from gpupool.kube.api import ApiError, KubeAPI
 
-from .live_helpers import wait_for
+from .live_helpers import establish_crds, thirdparty_crds
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpupool"
 NAMESPACE = "gpupool-system"
@@ -58,35 +58,6 @@ async def _collection(api: KubeAPI, manifest: dict[str, Any]) -> str:
     return f"{prefix}/{resource['name']}"
 
 
-def _thirdparty_crds() -> list[dict[str, Any]]:
-    configured = os.environ.get("GPUPOOL_THIRDPARTY_CRDS", "")
-    found = sorted((Path.home() / ".cache" / "gpupool" / "thirdparty-crds").glob("*/.complete"))
-    folder = Path(configured) if configured else (found[-1].parent if found else None)
-    if folder is None or not (folder / ".complete").is_file():
-        pytest.fail("third-party CRDs not found: run scripts/thirdparty-crds.sh (make test does)")
-    return [yaml.safe_load(path.read_text()) for path in sorted(folder.glob("*.yaml"))]
-
-
-async def _establish(api: KubeAPI, crds: list[dict[str, Any]]) -> None:
-    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    for crd in crds:
-        try:
-            await api.create(path, crd)
-        except ApiError as error:
-            if error.status != 409:
-                raise
-
-    async def established() -> bool:
-        for crd in crds:
-            status = (await api.get(f"{path}/{crd['metadata']['name']}")).get("status", {})
-            conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
-            if conditions.get("Established") != "True":
-                return False
-        return True
-
-    await wait_for(established, 30, "the third-party CRDs to be established")
-
-
 @pytest.mark.parametrize(
     "values",
     [
@@ -99,7 +70,7 @@ async def test_every_rendered_manifest_passes_a_server_side_dry_run(
     api: KubeAPI, values: tuple[str, ...]
 ) -> None:
     if "serviceMonitor.enabled=true" in values:
-        await _establish(api, _thirdparty_crds())
+        await establish_crds(api, thirdparty_crds())
     try:
         await api.create(
             "/api/v1/namespaces",
