@@ -102,8 +102,8 @@ def test_missing_trace_file(tmp_path: Path) -> None:
     assert "--nodes: no such file" in done.stderr
 
 
-def test_demo_summarises_the_default_trace(trace_dir: Path) -> None:
-    done = gpupool("demo", env={"GPUPOOL_TRACE_DIR": str(trace_dir), "COLUMNS": "120"})
+def test_bench_summary_summarises_the_default_trace(trace_dir: Path) -> None:
+    done = gpupool("bench", "summary", env={"GPUPOOL_TRACE_DIR": str(trace_dir), "COLUMNS": "120"})
     assert done.returncode == 0, done.stderr
     assert "1213 GPU nodes, 6212 GPUs of 7 models" in done.stdout
     assert "Unallocated GPU capacity as load arrives" in done.stdout
@@ -113,8 +113,8 @@ def test_demo_summarises_the_default_trace(trace_dir: Path) -> None:
     assert "GPU fill by model" in done.stdout
 
 
-def test_demo_without_trace_says_where_it_looked(tmp_path: Path) -> None:
-    done = gpupool("demo", env={"GPUPOOL_TRACE_DIR": str(tmp_path)})
+def test_bench_summary_without_trace_says_where_it_looked(tmp_path: Path) -> None:
+    done = gpupool("bench", "summary", env={"GPUPOOL_TRACE_DIR": str(tmp_path)})
     assert done.returncode == 2
     assert "GPUPOOL_TRACE_DIR" in done.stderr
 
@@ -189,3 +189,28 @@ def test_bench_placement_splits_unallocated_gpus_at_100(
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["unallocated_breakdown_at_100"] is None
     assert "by cause" not in done.stdout
+
+
+def test_demo_runs_the_embedded_control_plane_and_summarises_it() -> None:
+    done = gpupool(
+        "demo", "--no-dashboard", "--duration", "1.5", "--speed", "600", env={"COLUMNS": "120"}
+    )
+    assert done.returncode == 0, done.stderr
+    assert "GPU units allocated" in done.stdout
+    for queue in ("vision", "nlp", "serving", "research"):
+        assert queue in done.stdout
+    assert "pending x" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "0"], "--port: must be 1..65535"),
+        (["--speed", "0"], "--speed: must be > 0"),
+        (["--duration", "-1"], "--duration: must be >= 0"),
+    ],
+)
+def test_demo_option_errors_name_the_option(args: list[str], message: str) -> None:
+    done = gpupool("demo", *args)
+    assert done.returncode == 2
+    assert message in done.stderr

@@ -186,16 +186,43 @@ def _mean_sd(cell: dict[str, Any]) -> str:
     return f"{cell['mean']:.2f} ± {cell['sd']:.2f}"
 
 
-@app.command()
-def demo(
+@bench_app.command("summary")
+def bench_summary(
     seed: Annotated[int, typer.Option(help="Seed of the replay.")] = 42,
     policy: Annotated[str, typer.Option(help="Placement policy.")] = "default",
 ) -> None:
-    """Replay the default openb trace on the embedded simulated cluster and summarise it."""
-    from gpupool.cli.demo import run_demo
+    """Replay the default openb trace once and summarise the placement (load, fill, failures)."""
+    from gpupool.cli.summary import run_summary
 
     nodes, pods = _default_trace()
-    run_demo(nodes, pods, policy, seed)
+    run_summary(nodes, pods, policy, seed)
+
+
+@app.command()
+def demo(
+    port: Annotated[int, typer.Option(help="Dashboard port on 127.0.0.1.")] = 8080,
+    speed: Annotated[float, typer.Option(help="Simulated seconds per real second.")] = 60.0,
+    seed: Annotated[int, typer.Option(help="Seed of the bundled workload.")] = 0,
+    duration: Annotated[
+        float, typer.Option(help="Stop after this many real seconds (0: run until Ctrl-C).")
+    ] = 0.0,
+    dashboard: Annotated[bool, typer.Option(help="Serve the dashboard.")] = True,
+) -> None:
+    """Run the control plane on the embedded simulated cluster, with the dashboard."""
+    from rich.console import Console
+
+    from gpupool.cli.demo import run_demo
+
+    if not 0 < port < 65536:
+        raise fail(f"--port: must be 1..65535, got {port}")
+    if speed <= 0:
+        raise fail(f"--speed: must be > 0, got {speed}")
+    if duration < 0:
+        raise fail(f"--duration: must be >= 0, got {duration}")
+    try:
+        run_demo(port, speed, seed, duration, dashboard, Console())
+    except OSError as error:
+        raise fail(f"--port: cannot serve on 127.0.0.1:{port}: {error}") from None
 
 
 @app.command()
