@@ -207,6 +207,12 @@ def demo(
         float, typer.Option(help="Stop after this many real seconds (0: run until Ctrl-C).")
     ] = 0.0,
     dashboard: Annotated[bool, typer.Option(help="Serve the dashboard.")] = True,
+    kube: Annotated[
+        bool,
+        typer.Option(
+            help="Run on a local control plane (etcd, kube-apiserver, kwok, the agent) instead."
+        ),
+    ] = False,
 ) -> None:
     """Run the control plane on the embedded simulated cluster, with the dashboard."""
     from rich.console import Console
@@ -220,7 +226,16 @@ def demo(
     if duration < 0:
         raise fail(f"--duration: must be >= 0, got {duration}")
     try:
-        run_demo(port, speed, seed, duration, dashboard, Console())
+        if kube:
+            from gpupool.devcluster.binaries import MissingBinariesError
+            from gpupool.devcluster.kube_demo import run_kube_demo
+
+            try:
+                run_kube_demo(port, speed, seed, duration, typer.echo)
+            except MissingBinariesError as error:
+                raise fail(f"--kube: {error}") from None
+        else:
+            run_demo(port, speed, seed, duration, dashboard, Console())
     except OSError as error:
         raise fail(f"--port: cannot serve on 127.0.0.1:{port}: {error}") from None
 

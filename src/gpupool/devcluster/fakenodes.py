@@ -16,6 +16,7 @@ from gpupool.kube.vocabulary import (
     LABEL_GPU_MEMORY,
     LABEL_GPU_MODEL,
     RESOURCE_GPU,
+    RESOURCE_MIG_PREFIX,
 )
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -34,6 +35,7 @@ class FakeGpuNode:
         memory_gib: Allocatable memory in GiB.
         max_pods: Pod capacity.
         labels: Extra labels (pools, test selectors).
+        mig: MIG slices as (profile, count), published as ``gpupool.io/mig-<profile>``.
     """
 
     name: str
@@ -44,6 +46,7 @@ class FakeGpuNode:
     memory_gib: int = 1024
     max_pods: int = 256
     labels: tuple[tuple[str, str], ...] = ()
+    mig: tuple[tuple[str, int], ...] = ()
 
     def manifest(self) -> JsonObject:
         """The Node object to create (status included: nodes may set status on create)."""
@@ -61,6 +64,8 @@ class FakeGpuNode:
             annotations[ANNOTATION_GPU_UUIDS] = ",".join(
                 f"GPU-{self.name}-{index}" for index in range(self.gpus)
             )
+        for profile, count in self.mig:
+            resources[f"{RESOURCE_MIG_PREFIX}{profile}"] = str(count)
         return {
             "apiVersion": "v1",
             "kind": "Node",
