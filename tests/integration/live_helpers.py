@@ -228,3 +228,35 @@ async def establish_crds(api: KubeAPI, crds: list[dict[str, Any]]) -> None:
         return True
 
     await wait_for(established, 30, "the third-party CRDs to be established")
+
+
+async def two_bound_one_pending(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses, identity: str = "one"
+) -> str:
+    """Three one-GPU pods on a two-GPU node under a fresh replica; returns its HTTP URL."""
+    sel = {"test": namespace}
+    await make_nodes(api, namespace, 1, gpus=2)
+    await create_pods(api, namespace, [gpu_pod(name, selector=sel) for name in "abc"])
+    schedulers.start(identity)
+    url = await schedulers.http_url(identity)
+
+    async def settled() -> bool:
+        pods = await list_pods(api, namespace)
+        bound = [p for p in pods if p["spec"].get("nodeName")]
+        return len(bound) == 2 and sum(1 for p in pods if pending_reason(p)) == 1
+
+    await wait_for(settled, 60, "two pods bound and one pending with a reason")
+    return url
+
+
+async def collection_path(api: KubeAPI, manifest: dict[str, Any]) -> str:
+    """The collection path of the manifest's kind, from the API server's discovery."""
+    version = manifest["apiVersion"]
+    prefix = "/api/v1" if version == "v1" else f"/apis/{version}"
+    discovery = await api.get(prefix)
+    (resource,) = [
+        r for r in discovery["resources"] if r["kind"] == manifest["kind"] and "/" not in r["name"]
+    ]
+    if resource["namespaced"]:
+        return f"{prefix}/namespaces/{manifest['metadata']['namespace']}/{resource['name']}"
+    return f"{prefix}/{resource['name']}"

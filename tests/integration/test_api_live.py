@@ -23,35 +23,16 @@ from gpupool.kube.api import KubeAPI
 
 from .live_helpers import (
     SchedulerProcesses,
-    create_pods,
-    gpu_pod,
     list_pods,
-    make_nodes,
     pending_reason,
-    wait_for,
+    two_bound_one_pending,
 )
 
 
 async def test_live_api_shows_shares_and_the_pending_reason(
     api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
 ) -> None:
-    sel = {"test": namespace}
-    await make_nodes(api, namespace, 1, gpus=2)
-    await create_pods(
-        api,
-        namespace,
-        [gpu_pod("a", selector=sel), gpu_pod("b", selector=sel), gpu_pod("c", selector=sel)],
-    )
-    schedulers.start("one")
-    url = await schedulers.http_url("one")
-
-    async def settled() -> bool:
-        pods = await list_pods(api, namespace)
-        return sum(bool(p["spec"].get("nodeName")) for p in pods) == 2 and any(
-            pending_reason(p) for p in pods
-        )
-
-    await wait_for(settled, 60, "two pods bound and one pending with a reason")
+    url = await two_bound_one_pending(api, namespace, schedulers)
     pods = await list_pods(api, namespace)
     waiting = next(p for p in pods if pending_reason(p))
     key = f"{namespace}/{waiting['metadata']['name']}"

@@ -22,7 +22,7 @@ from gpupool.kube.admission_policy import policy_manifests
 from gpupool.kube.api import ApiError, KubeAPI
 from gpupool.kube.rbac import scheduler_role, signing_key_role
 
-from .live_helpers import establish_crds, thirdparty_crds
+from .live_helpers import collection_path, establish_crds, thirdparty_crds
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 ROOT = DEPLOY.parent
@@ -43,19 +43,6 @@ def _scheduler_by_kind() -> dict[str, dict[str, Any]]:
     return {document["kind"]: document for _, document in documents}
 
 
-async def _collection(api: KubeAPI, manifest: dict[str, Any]) -> str:
-    """The collection path of the manifest's kind, from the API server's discovery."""
-    version = manifest["apiVersion"]
-    prefix = "/api/v1" if version == "v1" else f"/apis/{version}"
-    discovery = await api.get(prefix)
-    (resource,) = [
-        r for r in discovery["resources"] if r["kind"] == manifest["kind"] and "/" not in r["name"]
-    ]
-    if resource["namespaced"]:
-        return f"{prefix}/namespaces/{manifest['metadata']['namespace']}/{resource['name']}"
-    return f"{prefix}/{resource['name']}"
-
-
 async def test_every_manifest_is_accepted_by_a_server_side_dry_run(api: KubeAPI) -> None:
     await establish_crds(api, thirdparty_crds())  # deploy/webhook-cert.yaml uses cert-manager's
     documents = _documents()
@@ -72,7 +59,7 @@ async def test_every_manifest_is_accepted_by_a_server_side_dry_run(api: KubeAPI)
     } <= set(kinds)
     ordered = sorted(documents, key=lambda item: item[1]["kind"] != "Namespace")
     for name, manifest in ordered:
-        path = await _collection(api, manifest)
+        path = await collection_path(api, manifest)
         response = await api.http.post(
             path,
             params={"dryRun": "All", "fieldValidation": "Strict"},

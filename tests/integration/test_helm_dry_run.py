@@ -22,7 +22,7 @@ import yaml
 
 from gpupool.kube.api import ApiError, KubeAPI
 
-from .live_helpers import establish_crds, thirdparty_crds
+from .live_helpers import collection_path, establish_crds, thirdparty_crds
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpupool"
 NAMESPACE = "gpupool-system"
@@ -44,18 +44,6 @@ def _rendered(*values: str) -> list[dict[str, Any]]:
     )
     assert done.returncode == 0, done.stderr
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
-
-
-async def _collection(api: KubeAPI, manifest: dict[str, Any]) -> str:
-    version = manifest["apiVersion"]
-    prefix = "/api/v1" if version == "v1" else f"/apis/{version}"
-    discovery = await api.get(prefix)
-    (resource,) = [
-        r for r in discovery["resources"] if r["kind"] == manifest["kind"] and "/" not in r["name"]
-    ]
-    if resource["namespaced"]:
-        return f"{prefix}/namespaces/{manifest['metadata']['namespace']}/{resource['name']}"
-    return f"{prefix}/{resource['name']}"
 
 
 @pytest.mark.parametrize(
@@ -91,7 +79,7 @@ async def test_every_rendered_manifest_passes_a_server_side_dry_run(
         assert {"Certificate", "Issuer", "ServiceMonitor"} <= kinds
     ordered = sorted(documents, key=lambda d: d["kind"] != "CustomResourceDefinition")
     for manifest in ordered:
-        path = await _collection(api, manifest)
+        path = await collection_path(api, manifest)
         response = await api.http.post(
             path,
             params={"dryRun": "All", "fieldValidation": "Strict"},

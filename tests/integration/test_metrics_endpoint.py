@@ -24,11 +24,7 @@ from gpupool.kube.api import KubeAPI
 
 from .live_helpers import (
     SchedulerProcesses,
-    create_pods,
-    gpu_pod,
-    list_pods,
-    make_nodes,
-    pending_reason,
+    two_bound_one_pending,
     wait_for,
 )
 
@@ -66,23 +62,7 @@ def _value(
 async def test_metrics_health_and_readiness_of_leader_and_standby(
     api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
 ) -> None:
-    sel = {"test": namespace}
-    await make_nodes(api, namespace, 1, gpus=2)
-    await create_pods(
-        api,
-        namespace,
-        [gpu_pod("a", selector=sel), gpu_pod("b", selector=sel), gpu_pod("c", selector=sel)],
-    )
-    schedulers.start("one")
-    leader_url = await schedulers.http_url("one")
-
-    async def settled() -> bool:
-        pods = await list_pods(api, namespace)
-        bound = [p for p in pods if p["spec"].get("nodeName")]
-        waiting = [p for p in pods if pending_reason(p)]
-        return len(bound) == 2 and len(waiting) == 1
-
-    await wait_for(settled, 60, "two pods bound and one pending with a reason")
+    leader_url = await two_bound_one_pending(api, namespace, schedulers)
     schedulers.start("two")
     standby_url = await schedulers.http_url("two")
 
