@@ -14,7 +14,7 @@ export GPUPOOL_TRACE_DIR ?= $(TRACE_DIR)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --group dev -e '.[reports,kube,web]'
+	$(BIN)/python -m pip install --quiet --group dev -e '.[reports,kube,web,sim]'
 	touch $(STAMP)
 
 venv: $(STAMP)

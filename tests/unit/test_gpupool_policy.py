@@ -155,11 +155,13 @@ def test_fragmentation_still_decides_before_any_tie_break() -> None:
     policy = GpupoolPolicy()
     for i in range(10):
         policy.observe(PodSpec(f"s{i}", 2000, 1024, gpu_count=1, gpu_milli=600))
-    decision = Scheduler(policy, tie_rank=np.array([1, 0])).schedule(snapshot, SHARE)
+    scheduler = Scheduler(policy, tie_rank=np.array([1, 0]))
+    scheduler.observe(SHARE)  # the caller shows the arrival once; schedule() learns nothing
+    decision = scheduler.schedule(snapshot, SHARE)
     assert isinstance(decision, Bind)
     assert decision.node == 0
     chosen, other = policy.explain(snapshot, SHARE, 0), policy.explain(snapshot, SHARE, 1)
-    # The scheduled 500 share was observed too: the mix is 10 x 600 and 1 x 500, so the
+    # The arriving 500 share was observed too: the mix is 10 x 600 and 1 x 500, so the
     # 500-milli gap is a fragment for 10/11 of the expected pods.
     assert chosen.fragmentation_before == pytest.approx(0.5 * 10 / 11)
     assert chosen.fragmentation_after == 0.0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "gpupool"
-PURE_PACKAGES = ("core", "scheduling")
+PURE_PACKAGES = ("core", "policy", "scheduling")
 FORBIDDEN = {
     "time", "datetime", "asyncio", "random", "os", "socket", "subprocess", "threading",
     "multiprocessing", "logging", "pathlib", "io", "urllib", "http", "sqlite3",

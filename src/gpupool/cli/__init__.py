@@ -19,6 +19,7 @@ from gpupool.cli.bench_live import bench_live
 from gpupool.cli.controlplane import control_plane, install_crds
 from gpupool.cli.devcluster import devcluster_app
 from gpupool.cli.options import SeedsError, fail, parse_seeds
+from gpupool.cli.sim_dynamic import sim_app
 from gpupool.cli.webhook import webhook_app
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ app.command("install-crds")(install_crds)
 app.add_typer(devcluster_app, name="dev-cluster")
 app.add_typer(webhook_app, name="webhook")
 bench_app.command("live")(bench_live)
+app.add_typer(sim_app, name="sim")
 
 TRACE_DIR_ENV = "GPUPOOL_TRACE_DIR"
 DEFAULT_TRACE_DIR = Path("../shared/data/openb")

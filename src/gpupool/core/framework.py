@@ -1,7 +1,10 @@
 """The scheduling cycle in kube-scheduler vocabulary, with numpy signatures.
 
-One cycle for one pod: ``observe`` (the policy sees the arriving pod; online policies learn from
-it), ``filter`` (a mask over nodes, :mod:`gpupool.core.filtering`), ``score`` (one array over
+Learning is separate from deciding: the caller shows each arriving pod to the policy once, through
+:meth:`Scheduler.observe` (online policies learn the workload mix there), and
+:meth:`Scheduler.schedule` is a pure request -> decision that may be asked again and again for a
+pod that waits, or for a what-if, without teaching the policy anything twice. One cycle for one
+pod: ``filter`` (a mask over nodes, :mod:`gpupool.core.filtering`), ``score`` (one array over
 nodes from the policy), select (highest score, ties broken by a fixed node order), and GPU choice
 inside the chosen node. The result is a decision (:mod:`gpupool.core.decisions`); applying it
 (reserve and bind) is the backend's job, so the cycle itself never mutates the snapshot.
@@ -55,21 +58,28 @@ class Scheduler:
         self.policy = policy
         self.tie_rank = tie_rank
 
+    def observe(self, pod: PodSpec) -> None:
+        """Show an arriving pod to the policy; call it once per arrival, before scheduling it."""
+        self.policy.observe(pod)
+
     def schedule(
         self,
         snapshot: ClusterSnapshot,
         pod: PodSpec,
         extra_checks: tuple[NodeCheck, ...] = (),
         *,
-        retry: bool = False,
+        retry: bool | None = None,
     ) -> Decision:
-        """Decide where ``pod`` goes on ``snapshot`` (read-only).
+        """Decide where ``pod`` goes on ``snapshot``: reads it, teaches the policy nothing.
 
         ``extra_checks`` are per-node masks from outside the resource model (see
-        :func:`~gpupool.core.filtering.filter_nodes`). A ``retry`` of a pod that waited is not
-        shown to the policy again, so online learning counts each arrival once.
+        :func:`~gpupool.core.filtering.filter_nodes`).
+
+        ``retry`` is deprecated and kept only for the live scheduler until it calls
+        :meth:`observe` itself: passing ``retry=False`` observes the pod first, as before the
+        split; ``retry=True`` or leaving it out does not.
         """
-        if not retry:
+        if retry is False:
             self.policy.observe(pod)
         result = filter_nodes(snapshot, pod, extra_checks)
         feasible = np.flatnonzero(result.mask)

@@ -9,7 +9,11 @@ Invariants, enforced here and not by callers:
 * a GPU's free compute share stays within ``0..1000`` milli and its free memory within
   ``0..capacity``: :meth:`ClusterSnapshot.bind` refuses any allocation that does not fit, so no
   share is ever given twice;
-* CPU, memory, pod slots and MIG slices are never oversubscribed;
+* CPU, memory, pod slots, per-GPU pod slots and MIG slices are never oversubscribed;
+* a GPU's compute and memory capacity are its physical ones unless a Shared pool set an
+  overcommit ratio on its node (:meth:`ClusterSnapshot.configure_gpu_sharing`, capped at
+  :data:`MAX_OVERCOMMIT`, the GPUPool CRD's limit); a whole GPU always takes all of both, so
+  overcommit can never let a share meet an exclusive pod on one device;
 * every change bumps the node's generation counter (``node_gen``), which lets policies keep
   per-node caches and refresh only the rows that changed.
 
@@ -32,6 +36,10 @@ BoolArray = npt.NDArray[np.bool_]
 
 UNKNOWN_GPU_MEMORY = np.int64(2**40)
 """Free GPU memory recorded for nodes whose GPU memory is not reported: large enough to pass."""
+UNLIMITED_PODS_PER_GPU = 2**31
+"""Pod slots of a GPU whose pool sets no ``maxPodsPerGPU`` (compute and memory still bound it)."""
+MAX_OVERCOMMIT = 4.0
+"""Largest compute or memory overcommit ratio (the GPUPool CRD's ``maximum``)."""
 
 
 class AllocationError(RuntimeError):
@@ -87,6 +95,10 @@ class ClusterSnapshot:
             [nd.gpu_memory_mib or UNKNOWN_GPU_MEMORY for nd in nodes], dtype=np.int64
         )
         self.gpu_memory_capacity: IntArray = np.where(self.gpu_exists, mem_per_gpu[:, None], 0)
+        self.gpu_milli_capacity: IntArray = np.where(self.gpu_exists, MILLI_PER_GPU, 0)
+        self.gpu_pods_capacity: IntArray = np.where(self.gpu_exists, UNLIMITED_PODS_PER_GPU, 0)
+        self.sharing_limited = False
+        """True once a node has a per-GPU pod limit or overcommit: filters then check both."""
 
         self.mig_profiles: tuple[str, ...] = tuple(
             sorted({profile for nd in nodes for profile, _ in nd.mig_slices})
@@ -102,6 +114,7 @@ class ClusterSnapshot:
         self.gpu_free: IntArray = np.where(self.gpu_exists, MILLI_PER_GPU, 0).astype(np.int64)
         self.gpu_free_total: IntArray = self.gpu_free.sum(axis=1)
         self.gpu_memory_free: IntArray = self.gpu_memory_capacity.copy()
+        self.gpu_pods_free: IntArray = self.gpu_pods_capacity.copy()
         self.mig_free: IntArray = self.mig_capacity.copy()
         self.node_gen: IntArray = np.zeros(n, dtype=np.int64)
 
@@ -128,6 +141,50 @@ class ClusterSnapshot:
             mask.setflags(write=False)
             self._model_masks[models] = mask
         return mask
+
+    def configure_gpu_sharing(
+        self,
+        node: int,
+        max_pods_per_gpu: int | None = None,
+        compute_overcommit: float = 1.0,
+        memory_overcommit: float = 1.0,
+    ) -> None:
+        """Set how a node's GPUs may be shared (a Shared pool's ``spec.shared``).
+
+        Args:
+            node: Row index; the node must hold no pods, so no running share is ever judged
+                against capacity it was not given.
+            max_pods_per_gpu: Most pods on one GPU; ``None`` for no limit.
+            compute_overcommit: Compute capacity of each GPU as a multiple of the device.
+            memory_overcommit: GPU memory capacity as a multiple of the physical memory.
+
+        Raises:
+            AllocationError: The node holds pods, or a value is out of range.
+        """
+        if self.pods_on_node[node]:
+            raise AllocationError(
+                f"node {self.node_names[node]!r}: cannot change GPU sharing while pods run there"
+            )
+        if max_pods_per_gpu is not None and max_pods_per_gpu < 1:
+            raise AllocationError(f"max_pods_per_gpu must be >= 1, got {max_pods_per_gpu}")
+        for name, ratio in (("compute", compute_overcommit), ("memory", memory_overcommit)):
+            if not 1.0 <= ratio <= MAX_OVERCOMMIT:
+                raise AllocationError(
+                    f"{name} overcommit must be within 1.0..{MAX_OVERCOMMIT}, got {ratio}"
+                )
+        exists = self.gpu_exists[node]
+        pods = UNLIMITED_PODS_PER_GPU if max_pods_per_gpu is None else max_pods_per_gpu
+        self.gpu_pods_capacity[node] = np.where(exists, pods, 0)
+        self.gpu_pods_free[node] = self.gpu_pods_capacity[node]
+        self.gpu_milli_capacity[node] = np.where(exists, int(MILLI_PER_GPU * compute_overcommit), 0)
+        self.gpu_free[node] = self.gpu_milli_capacity[node]
+        self.gpu_free_total[node] = self.gpu_free[node].sum()
+        physical = self.nodes[node].gpu_memory_mib
+        if physical:
+            self.gpu_memory_capacity[node] = np.where(exists, int(physical * memory_overcommit), 0)
+            self.gpu_memory_free[node] = self.gpu_memory_capacity[node]
+        self.sharing_limited = True
+        self.node_gen[node] += 1
 
     def bind(self, pod: PodSpec, node: int, gpus: Sequence[int] = ()) -> Allocation:
         """Give ``pod`` its resources on ``node`` and the GPUs ``gpus``.
@@ -184,10 +241,18 @@ class ClusterSnapshot:
         for gpu in gpus:
             if not 0 <= gpu < self.gpu_count[node]:
                 raise AllocationError(f"{where}: no GPU {gpu}")
-            if self.gpu_free[node, gpu] < pod.gpu_milli:
+            if self.gpu_free[node, gpu] < self._compute_taken(pod, node, gpu):
                 raise AllocationError(f"{where}: GPU {gpu} has too little compute share left")
+            if self.gpu_pods_free[node, gpu] < 1:
+                raise AllocationError(f"{where}: GPU {gpu} has no pod slot left")
             if self.gpu_memory_free[node, gpu] < self._memory_taken(pod, node, gpu):
                 raise AllocationError(f"{where}: GPU {gpu} has too little memory left")
+
+    def _compute_taken(self, pod: PodSpec, node: int, gpu: int) -> int:
+        """Compute a pod holds on one of its GPUs: the whole capacity for a whole GPU."""
+        if pod.kind is RequestKind.WHOLE:
+            return int(self.gpu_milli_capacity[node, gpu])
+        return pod.gpu_milli
 
     def _memory_taken(self, pod: PodSpec, node: int, gpu: int) -> int:
         """GPU memory a pod holds on one of its GPUs: all of it for a whole (exclusive) GPU."""
@@ -207,12 +272,16 @@ class ClusterSnapshot:
         self.pods_free[node] += sign
         if allocation.gpus:
             idx = list(allocation.gpus)
-            self.gpu_free[node, idx] += sign * pod.gpu_milli
             if pod.kind is RequestKind.WHOLE:
+                taken = self.gpu_milli_capacity[node, idx]
+                self.gpu_free[node, idx] += sign * taken
                 self.gpu_memory_free[node, idx] += sign * self.gpu_memory_capacity[node, idx]
+                self.gpu_free_total[node] += sign * taken.sum()
             else:
+                self.gpu_free[node, idx] += sign * pod.gpu_milli
                 self.gpu_memory_free[node, idx] += sign * pod.gpu_memory_mib
-            self.gpu_free_total[node] += sign * pod.total_gpu_milli
+                self.gpu_free_total[node] += sign * pod.total_gpu_milli
+            self.gpu_pods_free[node, idx] += sign
             self.used_gpu_milli -= sign * pod.total_gpu_milli
         if pod.mig_profile:
             self.mig_free[node, self.mig_profiles.index(pod.mig_profile)] += sign

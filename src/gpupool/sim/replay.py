@@ -77,6 +77,7 @@ def replay(
     placed = 0
     arrived_total = 0
     for i, pod in enumerate(arrivals):
+        scheduler.observe(pod)
         decision = scheduler.schedule(snapshot, pod)
         if isinstance(decision, Bind):
             snapshot.bind(pod, decision.node, decision.gpus)

@@ -1,0 +1,189 @@
+"""The dynamic-simulation matrix: loads x seeds x {all on, no backfill, no preemption}.
+
+Runs ``gpupool.sim.dynamic.run_dynamic`` on the default openb trace with the bundled
+pools-and-queues file for every cell, at most ``--jobs`` processes at a time (default 2: the
+machine is shared), and writes one JSON with every run, the per-cell means and sample standard
+deviations, the git commit and whether the tree was dirty, and the machine. Prints the table
+that docs/benchmarks.md shows.
+
+    .venv/bin/python bench/sim_dynamic_matrix.py --json out/bench/sim_dynamic_matrix.json
+
+The provenance helper here is local for now; a shared one (``gpupool.bench.provenance``) is
+being added on another branch and should replace it when both are merged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from gpupool.bench.machine import machine_description
+from gpupool.sim.dynamic import DynamicSettings, run_dynamic
+from gpupool.sim.policy_file import load_policy
+from gpupool.sim.trace import read_nodes, read_pods
+
+TRACE_DIR = Path("../shared/data/openb")
+VARIANTS = {
+    "all_on": {"backfill": True, "preemption": True},
+    "no_backfill": {"backfill": False, "preemption": True},
+    "no_preemption": {"backfill": True, "preemption": False},
+}
+
+
+def provenance() -> dict[str, Any]:
+    """The git commit of this checkout and whether it has uncommitted changes."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    return {"git_commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+
+
+def _run(job: tuple[Path, Path, dict[str, Any]]) -> dict[str, Any]:
+    nodes_path, pods_path, settings = job
+    return run_dynamic(
+        read_nodes(nodes_path), read_pods(pods_path), load_policy(None), DynamicSettings(**settings)
+    )
+
+
+def _stats(values: list[float | None]) -> dict[str, Any]:
+    present = [v for v in values if v is not None]
+    return {
+        "mean": statistics.fmean(present) if present else None,
+        "sd": statistics.stdev(present) if len(present) > 1 else None,
+        "per_seed": values,
+    }
+
+
+def _cell(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    def delay(run: dict[str, Any], group: str, name: str, pct: str) -> float | None:
+        value: float | None = run[group].get(name, {}).get(pct)
+        return value
+
+    cell: dict[str, Any] = {
+        key: _stats([run[key] for run in runs])
+        for key in (
+            "gpu_utilisation",
+            "jain_fairness",
+            "preemptions",
+            "gpu_hours_lost_to_preemption",
+            "quota_overrun_max",
+            "backfilled",
+            "pending_at_end",
+            "wall_seconds",
+        )
+    }
+    sizes = sorted({size for run in runs for size in run["queue_delay_s_by_size"]})
+    queues = sorted({name for run in runs for name in run["queue_delay_s"]})
+    cell["queue_delay_s_by_size"] = {
+        size: {pct: _stats([delay(r, "queue_delay_s_by_size", size, pct) for r in runs])
+               for pct in ("p50", "p95")}
+        for size in sizes
+    }  # fmt: skip
+    cell["queue_delay_s"] = {
+        name: {pct: _stats([delay(r, "queue_delay_s", name, pct) for r in runs])
+               for pct in ("p50", "p95")}
+        for name in queues
+    }  # fmt: skip
+    return cell
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace-dir", type=Path, default=TRACE_DIR)
+    parser.add_argument("--loads", default="0.8,1.0,1.2")
+    parser.add_argument("--seeds", default="1,2,3,4,5")
+    parser.add_argument("--hours", type=float, default=8.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--json", type=Path, default=Path("out/bench/sim_dynamic_matrix.json"))
+    args = parser.parse_args()
+
+    nodes = args.trace_dir / "openb_node_list_gpu_node.csv"
+    pods = args.trace_dir / "openb_pod_list_default.csv"
+    loads = [float(x) for x in args.loads.split(",")]
+    seeds = [int(x) for x in args.seeds.split(",")]
+    jobs = [
+        (
+            nodes,
+            pods,
+            {"rho": rho, "hours": args.hours, "warmup_hours": args.warmup, "seed": seed, **flags},
+        )
+        for rho in loads
+        for flags in VARIANTS.values()
+        for seed in seeds
+    ]
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        runs = []
+        for run in pool.map(_run, jobs):
+            runs.append(run)
+            print(
+                f"load {run['rho']} backfill {run['backfill']} preemption {run['preemption']} "
+                f"seed {run['seed']}: util {run['gpu_utilisation']:.1f}% "
+                f"wall {run['wall_seconds']:.0f} s",
+                flush=True,
+            )
+    cells: dict[str, dict[str, Any]] = {}
+    for rho in loads:
+        for variant, flags in VARIANTS.items():
+            selected = [
+                r
+                for r in runs
+                if r["rho"] == rho
+                and r["backfill"] == flags["backfill"]
+                and r["preemption"] == flags["preemption"]
+            ]
+            cells[f"{rho}/{variant}"] = _cell(selected)
+    report = {
+        "trace": "openb_pod_list_default.csv",
+        "loads": loads,
+        "seeds": seeds,
+        "hours": args.hours,
+        "warmup_hours": args.warmup,
+        "variants": VARIANTS,
+        "cells": cells,
+        "runs": runs,
+        "provenance": provenance(),
+        "machine": machine_description(),
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+    print(table(cells))
+
+
+def _fmt(cell: dict[str, Any], digits: int = 1) -> str:
+    if cell["mean"] is None:
+        return "n/a"
+    sd = f" ± {cell['sd']:.{digits}f}" if cell["sd"] is not None else ""
+    return f"{cell['mean']:.{digits}f}{sd}"
+
+
+def table(cells: dict[str, dict[str, Any]]) -> str:
+    """The markdown table of docs/benchmarks.md."""
+    lines = [
+        "| load | mechanisms | GPU util % | small p95 delay s | large p95 delay s | Jain | "
+        "preemptions | GPU-h lost | quota overrun |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key, cell in cells.items():
+        rho, variant = key.split("/")
+        sizes = cell["queue_delay_s_by_size"]
+        small = _fmt(sizes["small"]["p95"], 0) if "small" in sizes else "n/a"
+        large = _fmt(sizes["large"]["p95"], 0) if "large" in sizes else "n/a"
+        lines.append(
+            f"| {rho} | {variant} | {_fmt(cell['gpu_utilisation'])} | {small} | {large} | "
+            f"{_fmt(cell['jain_fairness'], 3)} | {_fmt(cell['preemptions'], 0)} | "
+            f"{_fmt(cell['gpu_hours_lost_to_preemption'])} | "
+            f"{cell['quota_overrun_max']['mean']:g} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

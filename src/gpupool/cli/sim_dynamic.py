@@ -1,0 +1,120 @@
+"""``gpupool sim dynamic``: the policy engine under arrivals, completions and preemptions.
+
+Options are checked before anything runs, and every error is one line that names the option or
+the file and field (a bad pools-and-queues file says which object and field, as the API server
+would).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpupool.cli.options import fail
+
+sim_app = typer.Typer(help="Simulations of the cluster under a workload.", no_args_is_help=True)
+
+
+@sim_app.command("dynamic")
+def sim_dynamic(
+    nodes: Annotated[Path, typer.Option(help="openb node list CSV.")],
+    pods: Annotated[Path, typer.Option(help="openb pod list CSV (pod shapes are drawn from it).")],
+    json_out: Annotated[Path, typer.Option("--json", help="Write the metrics here.")],
+    load: Annotated[float, typer.Option(help="Offered load, fraction of GPU capacity.")] = 1.0,
+    hours: Annotated[float, typer.Option(help="Simulated hours.")] = 8.0,
+    warmup: Annotated[float, typer.Option(help="Hours left out of the metrics.")] = 3.0,
+    seed: Annotated[int, typer.Option(help="Seed of every draw.")] = 42,
+    no_backfill: Annotated[bool, typer.Option("--no-backfill", help="Strict order.")] = False,
+    no_preemption: Annotated[
+        bool, typer.Option("--no-preemption", help="No preemption or reclaim.")
+    ] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(help="GPUPool/GPUQueue YAML (default: the bundled teams.yaml)."),
+    ] = None,
+    scale: Annotated[float, typer.Option(help="Fraction of the nodes simulated.")] = 0.25,
+    policy: Annotated[str, typer.Option(help="Placement policy.")] = "default",
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG of the delays here.")] = None,
+) -> None:
+    """Poisson arrivals at --load, trace shapes, lognormal durations, pools and team queues."""
+    from gpupool.policy.config import PolicyConfigError
+    from gpupool.scheduling.registry import policy_names
+    from gpupool.sim.dynamic import DynamicSettings, run_dynamic
+    from gpupool.sim.policy_file import load_policy
+    from gpupool.sim.trace import TraceFormatError, read_nodes, read_pods
+
+    for option, path in (("--nodes", nodes), ("--pods", pods)):
+        if not path.is_file():
+            raise fail(f"{option}: no such file {path}")
+    if config is not None and not config.is_file():
+        raise fail(f"--config: no such file {config}")
+    if policy not in policy_names():
+        raise fail(
+            f"--policy: unknown policy {policy!r}; choose one of {', '.join(policy_names())}"
+        )
+    try:
+        settings = DynamicSettings(
+            rho=load,
+            hours=hours,
+            seed=seed,
+            backfill=not no_backfill,
+            preemption=not no_preemption,
+            warmup_hours=warmup,
+            scale=scale,
+            policy=policy,
+        )
+    except ValueError as error:
+        options = {"rho": "--load", "warmup_hours": "--warmup"}
+        name, _, message = str(error).partition(": ")
+        raise fail(f"{options.get(name, '--' + name)}: {message}") from None
+    try:
+        pools_and_queues = load_policy(config)
+        node_specs, pod_specs = read_nodes(nodes), read_pods(pods)
+    except (PolicyConfigError, TraceFormatError) as error:
+        raise fail(str(error)) from None
+    report = run_dynamic(node_specs, pod_specs, pools_and_queues, settings)
+    _print_summary(report)
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+    typer.echo(f"wrote {json_out}", err=True)
+    if plot is not None:
+        _plot(report, plot)
+        typer.echo(f"wrote {plot}", err=True)
+
+
+def _print_summary(report: dict[str, Any]) -> None:
+    typer.echo(
+        f"load {report['rho']}, {report['hours']} h, seed {report['seed']}: "
+        f"GPU utilisation {report['gpu_utilisation']:.1f}%, Jain {report['jain_fairness']:.3f}, "
+        f"preemptions {report['preemptions']} "
+        f"({report['gpu_hours_lost_to_preemption']:.1f} GPU-hours lost), "
+        f"quota overrun {report['quota_overrun_max']:g}, wall {report['wall_seconds']:.1f} s"
+    )
+    for name, cell in report["queue_delay_s"].items():
+        if cell["count"]:
+            typer.echo(f"  queue {name}: delay p50 {cell['p50']:.0f} s, p95 {cell['p95']:.0f} s")
+
+
+def _plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = {k: v for k, v in report["queue_delay_s"].items() if v["count"]}
+    figure, axis = plt.subplots(figsize=(6, 3.5))
+    names = list(cells)
+    axis.bar(names, [cells[n]["p95"] for n in names], label="p95")
+    axis.bar(names, [cells[n]["p50"] for n in names], label="p50")
+    axis.set_ylabel("queue delay, s")
+    axis.set_title(
+        f"load {report['rho']}, utilisation {report['gpu_utilisation']:.1f}%, seed {report['seed']}"
+    )
+    axis.legend()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -1,0 +1,235 @@
+"""Pools and queues from CRD-shaped documents, checked the way the API server checks them.
+
+The simulator reads a YAML file of ``GPUPool`` and ``GPUQueue`` objects with exactly the fields
+of docs/crds.md, so a configuration tried in simulation can be applied to a cluster unchanged
+and the other way round. In a cluster the API server has validated the objects already; a file
+has had no such check, so this module repeats the CRDs' rules and refuses a bad document with
+an error naming the object and the field path (``GPUQueue research: spec.quotas[0].ceiling: must
+be >= guaranteed``), never a traceback. Parsing is pure: the caller reads the file.
+
+Two rules the CRDs cannot express are added because a file could break them: a pool named
+``default`` would collide with the implicit pool, and a namespace listed by two queues would make
+a pod's queue ambiguous.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpupool.policy.spec import (
+    DEFAULT_POOL,
+    PolicyConfig,
+    PoolMode,
+    PoolSpec,
+    QueueSpec,
+    QuotaSpec,
+)
+from gpupool.policy.units import MILLI_UNITS
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_SHARED_DEFAULTS = {"maxPodsPerGPU": 4, "memoryOvercommit": 1.0, "computeOvercommit": 1.0}
+
+
+class PolicyConfigError(ValueError):
+    """A pool or queue document that cannot be used; the message names the object and field."""
+
+
+def parse_duration(text: str) -> float:
+    """``"1h30m"`` -> 5400.0 seconds (the CRDs' duration pattern).
+
+    Raises:
+        ValueError: Not of the form ``[Nh][Nm][Ns]``.
+    """
+    match = _DURATION.match(text) if isinstance(text, str) else None
+    if match is None or not text:
+        raise ValueError(f"must be a duration like 30m, 2h, 1h30m or 45s, got {text!r}")
+    hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return float(hours * 3600 + minutes * 60 + seconds)
+
+
+class _Reader:
+    """Typed access to one document's fields with errors that name the path."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+
+    def fail(self, path: str, message: str) -> PolicyConfigError:
+        return PolicyConfigError(f"{self.owner}: {path}: {message}")
+
+    def mapping(self, value: Any, path: str) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.fail(path, f"must be a mapping, got {type(value).__name__}")
+        return value
+
+    def strings(self, value: Any, path: str) -> list[str]:
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(path, "must be a list of non-empty strings")
+        return list(value)
+
+    def integer(self, value: Any, path: str, low: int, high: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(path, f"must be an integer, got {value!r}")
+        if value < low or (high is not None and value > high):
+            bound = f"{low}..{high}" if high is not None else f">= {low}"
+            raise self.fail(path, f"must be {bound}, got {value}")
+        return value
+
+    def number(self, value: Any, path: str, low: float, high: float, *, open_low: bool) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(path, f"must be a number, got {value!r}")
+        number = float(value)
+        too_low = number <= low if open_low else number < low
+        if not math.isfinite(number) or too_low or number > high:
+            bound = f"> {low:g}" if open_low else f">= {low:g}"
+            raise self.fail(path, f"must be {bound} and <= {high:g}, got {value}")
+        return number
+
+
+def _metadata_name(document: Mapping[str, Any], index: int) -> str:
+    kind = document.get("kind", "?")
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise PolicyConfigError(f"document {index} ({kind}): metadata.name: required")
+    return name
+
+
+def _pool(name: str, spec: Mapping[str, Any]) -> PoolSpec:
+    read = _Reader(f"GPUPool {name}")
+    mode_text = spec.get("mode")
+    modes = {mode.value: mode for mode in PoolMode if mode is not PoolMode.ANY}
+    if mode_text not in modes:
+        raise read.fail("spec.mode", f"must be one of {', '.join(modes)}, got {mode_text!r}")
+    mode = modes[mode_text]
+    selector = read.mapping(spec.get("nodeSelector"), "spec.nodeSelector")
+    for key, value in selector.items():
+        if not isinstance(value, str):
+            raise read.fail(f"spec.nodeSelector.{key}", "must be a string")
+    shared_raw = spec.get("shared")
+    if shared_raw is not None and mode is not PoolMode.SHARED:
+        raise read.fail("spec.shared", "only allowed when spec.mode is Shared")
+    shared = {**_SHARED_DEFAULTS, **read.mapping(shared_raw, "spec.shared")}
+    max_pods = read.integer(shared["maxPodsPerGPU"], "spec.shared.maxPodsPerGPU", 1, 64)
+    memory = read.number(
+        shared["memoryOvercommit"], "spec.shared.memoryOvercommit", 1.0, 4.0, open_low=False
+    )
+    compute = read.number(
+        shared["computeOvercommit"], "spec.shared.computeOvercommit", 1.0, 4.0, open_low=False
+    )
+    shared_mode = mode is PoolMode.SHARED
+    return PoolSpec(
+        name=name,
+        mode=mode,
+        node_selector=tuple(sorted(selector.items())),
+        max_pods_per_gpu=max_pods if shared_mode else None,
+        memory_overcommit=memory if shared_mode else 1.0,
+        compute_overcommit=compute if shared_mode else 1.0,
+        allowed_classes=frozenset(read.strings(spec.get("allowedClasses"), "spec.allowedClasses")),
+        allowed_queues=frozenset(read.strings(spec.get("allowedQueues"), "spec.allowedQueues")),
+    )
+
+
+def _units(read: _Reader, value: Any, path: str) -> int:
+    number = read.number(value, path, 0.0, 1e9, open_low=False)
+    return round(number * MILLI_UNITS)
+
+
+def _queue(name: str, spec: Mapping[str, Any]) -> QueueSpec:
+    read = _Reader(f"GPUQueue {name}")
+    namespaces = read.strings(spec.get("namespaces"), "spec.namespaces")
+    if not namespaces:
+        raise read.fail("spec.namespaces", "must list at least 1 namespace")
+    quotas: list[QuotaSpec] = []
+    raw_quotas = spec.get("quotas") or []
+    if not isinstance(raw_quotas, list):
+        raise read.fail("spec.quotas", "must be a list")
+    for i, raw in enumerate(raw_quotas):
+        entry = read.mapping(raw, f"spec.quotas[{i}]")
+        pool = entry.get("pool")
+        if not isinstance(pool, str) or not pool:
+            raise read.fail(f"spec.quotas[{i}].pool", "required")
+        if any(quota.pool == pool for quota in quotas):
+            raise read.fail(f"spec.quotas[{i}]", f"duplicate pool {pool!r}")
+        guaranteed = _units(read, entry.get("guaranteed", 0), f"spec.quotas[{i}].guaranteed")
+        ceiling = None
+        if entry.get("ceiling") is not None:
+            ceiling = _units(read, entry["ceiling"], f"spec.quotas[{i}].ceiling")
+            if ceiling < guaranteed:
+                raise read.fail(f"spec.quotas[{i}].ceiling", "must be >= guaranteed")
+        quotas.append(QuotaSpec(pool=pool, guaranteed=guaranteed, ceiling=ceiling))
+    max_pods = spec.get("maxConcurrentPods")
+    reclaimable = spec.get("reclaimable", True)
+    if not isinstance(reclaimable, bool):
+        raise read.fail("spec.reclaimable", "must be true or false")
+    min_runtime = 0.0
+    if spec.get("minRuntimeBeforePreemption") is not None:
+        try:
+            min_runtime = parse_duration(spec["minRuntimeBeforePreemption"])
+        except ValueError as error:
+            raise read.fail("spec.minRuntimeBeforePreemption", str(error)) from None
+    return QueueSpec(
+        name=name,
+        namespaces=frozenset(namespaces),
+        priority=read.integer(spec.get("priority", 0), "spec.priority", 0, 1_000_000),
+        weight=read.number(spec.get("weight", 1.0), "spec.weight", 0.0, 1000.0, open_low=True),
+        quotas=tuple(quotas),
+        max_concurrent_pods=(
+            None if max_pods is None else read.integer(max_pods, "spec.maxConcurrentPods", 0)
+        ),
+        reclaimable=reclaimable,
+        min_runtime_before_preemption=min_runtime,
+    )
+
+
+def parse_policy(documents: Sequence[Any]) -> PolicyConfig:
+    """Build the pools and queues from ``GPUPool`` and ``GPUQueue`` documents.
+
+    Raises:
+        PolicyConfigError: A document or field is invalid; the message names which.
+    """
+    pools: dict[str, PoolSpec] = {}
+    queues: dict[str, QueueSpec] = {}
+    for index, document in enumerate(documents):
+        if document is None:
+            continue
+        if not isinstance(document, Mapping):
+            raise PolicyConfigError(f"document {index}: must be a mapping (a GPUPool or GPUQueue)")
+        kind = document.get("kind")
+        if kind not in ("GPUPool", "GPUQueue"):
+            raise PolicyConfigError(f"document {index}: kind: must be GPUPool or GPUQueue")
+        name = _metadata_name(document, index)
+        spec = _Reader(f"{kind} {name}").mapping(document.get("spec"), "spec")
+        target: dict[str, Any] = pools if kind == "GPUPool" else queues
+        if name in target:
+            raise PolicyConfigError(f"{kind} {name}: metadata.name: defined twice")
+        if kind == "GPUPool":
+            if name == DEFAULT_POOL:
+                raise PolicyConfigError(
+                    f"GPUPool {name}: metadata.name: {DEFAULT_POOL!r} is the implicit pool of "
+                    "nodes no pool selects; choose another name"
+                )
+            pools[name] = _pool(name, spec)
+        else:
+            queues[name] = _queue(name, spec)
+    owner: dict[str, str] = {}
+    for queue in queues.values():
+        for quota in queue.quotas:
+            if quota.pool not in pools and quota.pool != DEFAULT_POOL:
+                raise PolicyConfigError(
+                    f"GPUQueue {queue.name}: spec.quotas: unknown pool {quota.pool!r}"
+                )
+        for namespace in sorted(queue.namespaces):
+            if namespace in owner:
+                raise PolicyConfigError(
+                    f"GPUQueue {queue.name}: spec.namespaces: {namespace!r} is already in queue "
+                    f"{owner[namespace]!r}; a namespace belongs to one queue"
+                )
+            owner[namespace] = queue.name
+    return PolicyConfig(pools=tuple(pools.values()), queues=tuple(queues.values()))

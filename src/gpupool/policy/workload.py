@@ -1,0 +1,67 @@
+"""What the policy knows about a pod beyond its resource request.
+
+:class:`~gpupool.core.model.PodSpec` stays the core's resource request and gains nothing
+Kubernetes-specific; the tenant, priority, class, pool wish and timing live here, in a record
+the live scheduler builds from a pod object and the simulator from its arrival process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.core.model import PodSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A pod as policy sees it.
+
+    Attributes:
+        pod: The resource request (its ``name`` is the workload's identity).
+        namespace: Namespace; decides the queue unless ``queue`` is set.
+        priority: Pod priority inside its queue (``spec.priority``); higher preempts lower.
+        workload_class: ``gpupool.io/class`` (training, serving, inference, dev, ...).
+        pool: Pool the pod asks for; empty lets routing choose.
+        created_at: Arrival time in seconds; older goes first among equals.
+        expected_runtime: Declared runtime in seconds (``gpupool.io/expected-runtime``), or
+            ``None`` to use a learned estimate.
+        queue: Queue name when the caller resolved it already; empty to resolve by namespace.
+    """
+
+    pod: PodSpec
+    namespace: str = "default"
+    priority: int = 0
+    workload_class: str = ""
+    pool: str = ""
+    created_at: float = 0.0
+    expected_runtime: float | None = None
+    queue: str = ""
+
+    @property
+    def name(self) -> str:
+        """The pod's name."""
+        return self.pod.name
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A workload that holds resources, with what policy charged it.
+
+    Attributes:
+        workload: The workload.
+        queue: Queue index in the compiled policy.
+        pool: Pool index in the compiled policy.
+        units: Milli-units charged to the queue in that pool.
+        node: Node row in the snapshot.
+        started_at: When it started, in seconds.
+        expected_end: When it is expected to end (start plus the runtime estimated at start),
+            for backfill reservations.
+    """
+
+    workload: Workload
+    queue: int
+    pool: int
+    units: int
+    node: int
+    started_at: float
+    expected_end: float = float("inf")
