@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from gpupool.core.decisions import Bind, Reject
 from gpupool.core.framework import Scheduler
 from gpupool.core.model import MILLI_PER_GPU, NodeSpec, PodSpec, RequestKind
-from gpupool.core.snapshot import Allocation, AllocationError, ClusterSnapshot
+from gpupool.core.snapshot import MAX_OVERCOMMIT, Allocation, AllocationError, ClusterSnapshot
 from gpupool.scheduling.registry import PUBLISHED, PolicyContext, build_policy
 
 MODELS = ("A", "B", "C")
@@ -31,6 +31,7 @@ ARRAYS = (
     "gpu_free",
     "gpu_free_total",
     "gpu_memory_free",
+    "gpu_pods_free",
     "mig_free",
 )
 
@@ -106,8 +107,10 @@ def check_invariants(snapshot: ClusterSnapshot, models: bool = True) -> None:
     """
     exists = snapshot.gpu_exists
     free = snapshot.gpu_free
+    capacity = snapshot.gpu_milli_capacity
     assert np.all(free[exists] >= 0)
-    assert np.all(free[exists] <= MILLI_PER_GPU)
+    assert np.all(free[exists] <= capacity[exists])
+    assert np.all(capacity[exists] <= MAX_OVERCOMMIT * MILLI_PER_GPU)
     assert np.all(free[~exists] == 0)
 
     n = snapshot.size
@@ -117,6 +120,7 @@ def check_invariants(snapshot: ClusterSnapshot, models: bool = True) -> None:
     memory = np.zeros(n, dtype=np.int64)
     count = np.zeros(n, dtype=np.int64)
     mig = np.zeros_like(snapshot.mig_free)
+    gpu_pods = np.zeros_like(free)
     holders: defaultdict[tuple[int, int], list[str]] = defaultdict(list)
     for name, allocation in snapshot.allocations.items():
         pod, node = allocation.pod, allocation.node
@@ -130,7 +134,10 @@ def check_invariants(snapshot: ClusterSnapshot, models: bool = True) -> None:
         assert len(set(allocation.gpus)) == len(allocation.gpus)
         for gpu in allocation.gpus:
             assert 0 <= gpu < spec.gpu_count
-            milli[node, gpu] += pod.gpu_milli
+            # A whole GPU takes all of its (possibly overcommitted) compute.
+            whole = pod.kind is RequestKind.WHOLE
+            milli[node, gpu] += capacity[node, gpu] if whole else pod.gpu_milli
+            gpu_pods[node, gpu] += 1
             # A whole GPU is exclusive: it holds all of the device's memory.
             gpu_memory[node, gpu] += (
                 snapshot.gpu_memory_capacity[node, gpu]
@@ -148,10 +155,9 @@ def check_invariants(snapshot: ClusterSnapshot, models: bool = True) -> None:
             for gpu in allocation.gpus:
                 assert holders[(allocation.node, gpu)] == [allocation.pod.name]
 
-    np.testing.assert_array_equal(milli[exists], MILLI_PER_GPU - free[exists])
+    np.testing.assert_array_equal(milli[exists], capacity[exists] - free[exists])
     assert np.all(milli[~exists] == 0)
     np.testing.assert_array_equal(snapshot.gpu_free_total, free.sum(axis=1))
-    assert snapshot.used_gpu_milli == int(milli.sum())
     assert snapshot.used_gpu_milli == sum(
         a.pod.total_gpu_milli for a in snapshot.allocations.values()
     )
@@ -164,6 +170,7 @@ def check_invariants(snapshot: ClusterSnapshot, models: bool = True) -> None:
         (snapshot.memory_free, snapshot.memory_capacity, memory),
         (snapshot.pods_free, snapshot.pods_capacity, count),
         (snapshot.mig_free, snapshot.mig_capacity, mig),
+        (snapshot.gpu_pods_free, snapshot.gpu_pods_capacity, gpu_pods),
     ):
         np.testing.assert_array_equal(free_arr, capacity - used)
         assert np.all(free_arr >= 0)
@@ -209,6 +216,13 @@ def fits_exactly(snapshot: ClusterSnapshot, pod: PodSpec, node: int, gpus: tuple
         if snapshot.gpu_free[node, gpu] < pod.gpu_milli:
             return False
         if snapshot.gpu_memory_free[node, gpu] < pod.gpu_memory_mib:
+            return False
+        if snapshot.gpu_pods_free[node, gpu] < 1:
+            return False
+        whole = pod.kind is RequestKind.WHOLE
+        if whole and snapshot.gpu_free[node, gpu] != snapshot.gpu_milli_capacity[node, gpu]:
+            return False
+        if whole and snapshot.gpu_memory_free[node, gpu] != snapshot.gpu_memory_capacity[node, gpu]:
             return False
     return True
 
@@ -358,6 +372,55 @@ def test_simulate_removal_restores_exactly(
             assert snapshot.node_gen[node] > generations[node]
         else:
             assert snapshot.node_gen[node] == generations[node]
+
+
+@st.composite
+def sharing(draw: st.DrawFn, size: int) -> list[tuple[int, int | None, float, float]]:
+    """Per node, maybe a Shared pool's limits: pods per GPU and compute/memory overcommit."""
+    chosen = draw(st.lists(st.integers(0, size - 1), unique=True, max_size=size))
+    return [
+        (
+            node,
+            draw(st.one_of(st.none(), st.integers(1, 4))),
+            draw(st.sampled_from([1.0, 1.5, 4.0])),
+            draw(st.sampled_from([1.0, 2.0])),
+        )
+        for node in chosen
+    ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    nodes=clusters(),
+    stream=pod_streams(),
+    policy_name=st.sampled_from(list(PUBLISHED)),
+    data=st.data(),
+    extra=pods("extra"),
+    gpus=st.lists(st.integers(0, 7), max_size=3),
+)
+def test_pods_per_gpu_and_overcommit_keep_every_invariant(
+    nodes: list[NodeSpec],
+    stream: list[PodSpec],
+    policy_name: str,
+    data: st.DataObject,
+    extra: PodSpec,
+    gpus: list[int],
+) -> None:
+    snapshot = ClusterSnapshot(nodes)
+    for node, per_gpu, compute, memory in data.draw(sharing(len(nodes))):
+        snapshot.configure_gpu_sharing(node, per_gpu, compute, memory)
+    check_invariants(snapshot)
+    schedule_stream(snapshot, stream, policy_name, seed=5)
+    check_invariants(snapshot)
+    node = data.draw(st.integers(0, len(nodes) - 1))
+    before = state_of(snapshot)
+    if fits_exactly(snapshot, extra, node, tuple(gpus)):
+        snapshot.bind(extra, node, tuple(gpus))
+        check_invariants(snapshot, models=False)
+    else:
+        with pytest.raises(AllocationError):
+            snapshot.bind(extra, node, tuple(gpus))
+        assert_same_state(snapshot, before)
 
 
 # ------------------------------------------------------------------------------------------------

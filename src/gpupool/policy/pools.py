@@ -168,6 +168,17 @@ class PoolLayout:
             )
         return tuple(candidates)
 
+    def empty_reason(self, pool: int) -> str:
+        """Why a pool has no nodes, naming the nodes that more than one pool selects."""
+        name = self.pools[pool].name
+        contested = [node for node, pools in self.conflicts if name in pools]
+        if contested:
+            return (
+                f"pool {name} has no nodes: {', '.join(contested)} selected by more than one "
+                "pool, so by none"
+            )
+        return f"pool {name} has no nodes"
+
     def _refusal(self, p: int, kind: RequestKind, workload_class: str, queue: str) -> str:
         pool = self.pools[p]
         if not pool.admits_kind(kind):

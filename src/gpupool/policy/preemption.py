@@ -2,7 +2,9 @@
 
 Two rules, tried in this order for a pod that quota admits but no node can take now:
 
-* **priority**: a pod may evict pods of its own queue with a strictly lower priority;
+* **priority**: a pod may evict pods of its own queue with a strictly lower priority, to make
+  room on a node and, when its queue's ceiling or pod limit holds it, to get back under it
+  (otherwise a queue at its ceiling could never run its urgent pods);
 * **reclaim**: a queue that stays within its guarantee with the pod may take back what other
   queues borrowed above theirs: victims come from reclaimable queues holding more than their
   guarantee in the pool, never more from one queue than it borrowed (reclaim never pushes a
@@ -114,7 +116,9 @@ def choose_victims(
     now: float,
     rule: Rule,
     budgets: Mapping[int, int] | None = None,
-    max_nodes: int = 32,
+    max_nodes: int = 8,
+    free_units: int = 0,
+    free_pods: int = 0,
 ) -> VictimChoice | None:
     """The node and victims that make room for ``pod`` with the least GPU time lost.
 
@@ -128,6 +132,9 @@ def choose_victims(
         budgets: Most milli-units that may be taken per queue (reclaim); ``None``: no bound.
         max_nodes: Nodes tried at most, those whose eligible pods lose least in total first
             (a bound on the what-ifs of one search; the choice is the best among them).
+        free_units: Milli-units the victims must free besides making room (a pod held by its
+            own queue's ceiling evicts lower-priority pods of the queue to get under it).
+        free_pods: Pods the victims must number at least (the queue's pod limit).
     """
     by_node: defaultdict[int, list[Running]] = defaultdict(list)
     static_ok = snapshot.gpu_count >= pod.gpu_count
@@ -140,7 +147,9 @@ def choose_victims(
     # the nodes whose eligible pods together lose the least come first; at most max_nodes
     ranked = sorted(by_node, key=lambda n: (sum(lost_gpu_seconds(r, now) for r in by_node[n]), n))
     for node in ranked[:max_nodes]:
-        found = _victims_on_node(snapshot, pod, node, by_node[node], now, budgets)
+        found = _victims_on_node(
+            snapshot, pod, node, by_node[node], now, budgets, (free_units, free_pods)
+        )
         if found is None:
             continue
         lost, victims = found
@@ -159,7 +168,15 @@ def _victims_on_node(
     candidates: list[Running],
     now: float,
     budgets: Mapping[int, int] | None,
+    quota: tuple[int, int],
 ) -> tuple[float, tuple[str, ...]] | None:
+    def enough(freed: list[Running]) -> bool:
+        return (
+            sum(r.units for r in freed) >= quota[0]
+            and len(freed) >= quota[1]
+            and fits_on_node(snapshot, pod, node)
+        )
+
     order = sorted(
         candidates, key=lambda r: (lost_gpu_seconds(r, now), -r.started_at, r.workload.name)
     )
@@ -174,7 +191,7 @@ def _victims_on_node(
                 continue
             removed.append((candidate, snapshot.release(candidate.workload.name)))
             spent[candidate.queue] += candidate.units
-            if fits_on_node(snapshot, pod, node):
+            if enough([r for r, _ in removed]):
                 fits = True
                 break
         if not fits:
@@ -185,7 +202,8 @@ def _victims_on_node(
             removed, key=lambda item: -lost_gpu_seconds(item[0], now)
         ):
             snapshot.bind(allocation.pod, allocation.node, allocation.gpus)
-            if fits_on_node(snapshot, pod, node):
+            others = [r for r, _ in removed if r is not candidate]
+            if enough(others):
                 removed.remove((candidate, allocation))
                 continue
             snapshot.release(candidate.workload.name)

@@ -4,9 +4,9 @@ Per queue and pool, in milli GPU units (:mod:`.units`):
 
 * **guaranteed**: the queue can always get this much; others may borrow it while it is idle,
   and a queue under its guarantee with pending pods takes it back by preemption (reclaim);
-* **ceiling**: the most the queue may ever hold in the pool, borrowing included (absent: the
-  pool's size). Admission refuses a pod that would cross it, so it is never exceeded, at any
-  instant: that is what ``quota_overrun_max`` = 0 measures;
+* **ceiling**: the most the queue may ever hold in the pool, borrowing included (absent: no
+  quota limit; the pool's size is the physical one). Admission refuses a pod that would cross
+  it, so it is never exceeded, at any instant: that is what ``quota_overrun_max`` = 0 measures;
 * **maxConcurrentPods**: running pods of the queue, over all pools;
 * a queue that is **not reclaimable** may borrow only capacity nobody is guaranteed (otherwise
   a guarantee could be blocked by pods that may not be preempted).
@@ -46,7 +46,8 @@ class QueueTables:
         priority: Queue priority.
         weight: Fair-share weight.
         guaranteed: Guarantee per queue and pool, milli-units.
-        ceiling: Ceiling per queue and pool, milli-units (the pool's size when absent).
+        ceiling: Ceiling per queue and pool, milli-units (:data:`NO_LIMIT` when absent: the
+            pool's size bounds it, and waiting for capacity is not a quota reason).
         max_pods: Most running pods per queue (:data:`NO_LIMIT` when absent).
         reclaimable: Whether borrowed capacity may be reclaimed from the queue.
         min_runtime: Seconds a pod of the queue runs before it may be preempted.
@@ -73,7 +74,7 @@ class QueueTables:
             every.append(QueueSpec(name=DEFAULT_QUEUE))
         n_queues, n_pools = len(every), len(layout.pools)
         guaranteed = np.zeros((n_queues, n_pools), dtype=np.int64)
-        ceiling = np.tile(layout.capacity, (n_queues, 1))
+        ceiling = np.full((n_queues, n_pools), NO_LIMIT, dtype=np.int64)
         for q, queue in enumerate(every):
             for quota in queue.quotas:
                 p = layout.index(quota.pool)

@@ -22,7 +22,7 @@ pool's blocked head or waits.
 Work per cycle is bounded so that a deep queue cannot stall it: a pod whose request is no smaller
 than one that already failed in the pool this cycle is not placed again (nothing was freed in
 between), at most ``backfill_depth`` pods are examined behind a blocked head per pool, and at
-most ``max_preemptions`` preemption searches are made per cycle.
+most ``max_preemptions`` victim searches are made per cycle, one per queue and pool.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpupool.core.decisions import Bind
+from gpupool.core.decisions import Bind, Reject
 from gpupool.core.filtering import NodeCheck
 from gpupool.core.framework import Scheduler
 from gpupool.core.model import PodSpec
@@ -60,13 +60,14 @@ class EngineOptions:
     Attributes:
         backfill: EASY backfill behind a blocked pod; off means strict order per pool.
         preemption: Priority preemption and guarantee reclaim.
-        max_preemptions: Preemption searches per cycle at most (successful or not).
+        max_preemptions: Victim searches per cycle at most (successful or not), and at most
+            one per queue and pool.
         backfill_depth: Pods examined behind a blocked head, per pool and cycle.
     """
 
     backfill: bool = True
     preemption: bool = True
-    max_preemptions: int = 4
+    max_preemptions: int = 8
     backfill_depth: int = 100
 
 
@@ -107,11 +108,14 @@ class Wait:
         workload: The pod.
         queue: Queue index.
         reason: Why, naming the rule, queue, limit and pool where one applies.
+        reject: The placement's rejection (per-reason node counts) when the pod waits for
+            capacity; ``None`` when a policy rule holds it.
     """
 
     workload: Workload
     queue: int
     reason: str
+    reject: Reject | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +245,7 @@ class _Cycle:
         self.failed: dict[int, list[PodSpec]] = {}
         self.evicting: set[str] = set()
         self.preemptions_left = engine.options.max_preemptions
+        self.searched: set[tuple[int, int]] = set()
         self.bound: list[str] = []
         self._populated = int(np.count_nonzero(self.layout.node_count))
 
@@ -293,12 +298,17 @@ class _Cycle:
                 held or f"waiting behind {head} in pool {self.layout.pools[first].name}",
             )
         reason = ""
+        reject: Reject | None = None
         for pool in routes:
             outcome = self._try_pool(workload, queue, pool)
-            if not isinstance(outcome, str):
+            if isinstance(outcome, Reject):
+                reject = reject or outcome
+                reason = reason or outcome.message
+            elif isinstance(outcome, str):
+                reason = reason or outcome
+            else:
                 return outcome
-            reason = reason or outcome
-        return Wait(workload, queue, reason)
+        return Wait(workload, queue, reason, reject)
 
     def _all_closed_reason(self) -> str:
         heads = ", ".join(
@@ -313,13 +323,17 @@ class _Cycle:
         options = self.engine.options
         return not options.backfill or self.examined.get(pool, 0) >= options.backfill_depth
 
-    def _try_pool(self, workload: Workload, queue: int, pool: int) -> Admit | Preempt | str:
+    def _try_pool(
+        self, workload: Workload, queue: int, pool: int
+    ) -> Admit | Preempt | Reject | str:
         pod = workload.pod
         pool_name = self.layout.pools[pool].name
+        if not self.layout.node_count[pool]:
+            return self.layout.empty_reason(pool)
         units = self.engine.policy.pending_units(pod, pool)
         held = hold_reason(self.tables, self.layout, self.ledger, queue, pool, units)
         if held:
-            return held
+            return self._preempt_for_quota(workload, queue, pool, units) or held
         head = self.blocked.get(pool)
         if head is not None:
             if not self.engine.options.backfill:
@@ -346,14 +360,13 @@ class _Cycle:
         if workload.name in self.nominations:
             node = self.snapshot.node_names[self.nominations[workload.name]]
             return f"nominated to node {node}: waiting for preempted pods to terminate"
-        if self.engine.options.preemption and self.preemptions_left > 0:
-            self.preemptions_left -= 1  # tried, found or not: searching is the expensive part
+        if self.engine.options.preemption and self._may_search(queue, pool):
             choice = self._preempt(workload, queue, pool, units, priority, checks)
             if choice is not None:
                 return choice
         if head is None:
             self.blocked[pool] = pod
-        return decision.message
+        return decision
 
     def _admit(
         self, workload: Workload, queue: int, pool: int, bind: Bind, *, backfilled: bool
@@ -427,6 +440,49 @@ class _Cycle:
             self.reservations[pool] = reserve(self.snapshot, head, mask, ends, self.request.now)
         return self.reservations[pool]
 
+    def _preempt_for_quota(
+        self, workload: Workload, queue: int, pool: int, units: int
+    ) -> Preempt | None:
+        """Priority preemption inside the queue for a pod its own ceiling or pod limit holds."""
+        ledger, tables = self.ledger, self.tables
+        free_units = int(ledger.used[queue, pool] + units - tables.ceiling[queue, pool])
+        free_pods = int(ledger.pods[queue] + 1 - tables.max_pods[queue])
+        if (
+            not self.engine.options.preemption
+            or (free_units <= 0 and free_pods <= 0)
+            or not any(p < workload.priority for p in ledger.priorities[queue])
+            or not self._may_search(queue, pool)
+        ):
+            return None
+        priority = priority_of(tables, queue, workload)
+        checks = self.layout.node_checks(pool) + self._nomination_checks(workload, priority)
+        candidates = eligible_victims(
+            Rule.PRIORITY, queue, priority, pool, self._running(), tables, ledger, self.request.now
+        )
+        choice = choose_victims(
+            self.snapshot,
+            workload.pod,
+            candidates,
+            _mask_of(self.snapshot.size, checks),
+            self.request.now,
+            Rule.PRIORITY,
+            free_units=max(0, free_units),
+            free_pods=max(0, free_pods),
+        )
+        return None if choice is None else self._nominate(workload, queue, pool, priority, choice)
+
+    def _may_search(self, queue: int, pool: int) -> bool:
+        """One victim search per queue and pool per cycle, ``max_preemptions`` in all.
+
+        Searching is the expensive part, found or not; one per queue keeps a queue whose first
+        pods can never preempt from using up the searches of the others.
+        """
+        if self.preemptions_left <= 0 or (queue, pool) in self.searched:
+            return False
+        self.searched.add((queue, pool))
+        self.preemptions_left -= 1
+        return True
+
     def _running(self) -> list[Running]:
         return [
             running for name, running in self.request.running.items() if name not in self.evicting
@@ -462,6 +518,16 @@ class _Cycle:
                 )
         if choice is None:
             return None
+        return self._nominate(workload, queue, pool, priority, choice)
+
+    def _nominate(
+        self,
+        workload: Workload,
+        queue: int,
+        pool: int,
+        priority: tuple[int, int],
+        choice: VictimChoice,
+    ) -> Preempt:
         self.evicting.update(choice.victims)
         self.nominations[workload.name] = choice.node
         self._nominee_priority[choice.node] = priority

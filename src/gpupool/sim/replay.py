@@ -16,10 +16,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gpupool.core.decisions import Bind
+from gpupool.core.decisions import Bind, Decision, Reject
 from gpupool.core.framework import PlacementPolicy, Scheduler
 from gpupool.core.model import NodeSpec, PodSpec
 from gpupool.core.snapshot import ClusterSnapshot, IntArray
+from gpupool.policy.cluster import ClusterPolicy
+from gpupool.policy.spec import PolicyConfig
+from gpupool.policy.workload import Running, Workload
+from gpupool.scheduling.engine import Admit, CycleRequest, PolicyEngine, Wait
 from gpupool.scheduling.fragmentation import FragmentationIndex
 from gpupool.scheduling.workload import TargetWorkload
 
@@ -56,6 +60,32 @@ class ReplayResult:
     wall_seconds: float
 
 
+def _engine_step(
+    snapshot: ClusterSnapshot, scheduler: Scheduler, nodes: Sequence[NodeSpec]
+) -> Callable[[PodSpec, float], Decision]:
+    """One arrival through the policy engine, as a core decision (the replay binds it)."""
+    policy = ClusterPolicy.build(PolicyConfig(), nodes)
+    engine = PolicyEngine(scheduler, policy)
+    ledger = policy.new_ledger()
+    running: dict[str, Running] = {}
+
+    def decide(pod: PodSpec, now: float) -> Decision:
+        workload = Workload(pod=pod, created_at=now)
+        engine.observe(workload)
+        outcome = engine.cycle(CycleRequest(snapshot, (workload,), running, ledger, now))
+        decision = outcome.decisions[0]
+        if isinstance(decision, Admit):
+            record = decision.running(now)
+            running[pod.name] = record
+            ledger.add(record)
+            return decision.bind
+        if isinstance(decision, Wait) and decision.reject is not None:
+            return decision.reject
+        return Reject(pod=pod, message=str(decision), reasons=())
+
+    return decide
+
+
 def replay(
     nodes: Sequence[NodeSpec],
     arrivals: Sequence[PodSpec],
@@ -63,11 +93,20 @@ def replay(
     metric_workload: TargetWorkload,
     tie_rank: IntArray | None = None,
     progress: ProgressCallback | None = None,
+    *,
+    policy_engine: bool = False,
 ) -> ReplayResult:
-    """Schedule ``arrivals`` one by one on a fresh cluster of ``nodes``."""
+    """Schedule ``arrivals`` one by one on a fresh cluster of ``nodes``.
+
+    With ``policy_engine`` every pod goes through
+    :class:`~gpupool.scheduling.engine.PolicyEngine` with no GPUPool or GPUQueue (the implicit
+    default pool and queue, no limits), as the live scheduler runs it; the placements are the
+    same, and ``bench/engine_overhead.py`` measures what the policy layer costs.
+    """
     started = time.perf_counter()
     snapshot = ClusterSnapshot(nodes)
     scheduler = Scheduler(policy, tie_rank)
+    decide = _engine_step(snapshot, scheduler, nodes) if policy_engine else None
     fragmentation = FragmentationIndex(snapshot, metric_workload)
     count = len(arrivals)
     used = np.zeros(count, dtype=np.int64)
@@ -77,8 +116,11 @@ def replay(
     placed = 0
     arrived_total = 0
     for i, pod in enumerate(arrivals):
-        scheduler.observe(pod)
-        decision = scheduler.schedule(snapshot, pod)
+        if decide is not None:
+            decision = decide(pod, float(i))
+        else:
+            scheduler.observe(pod)
+            decision = scheduler.schedule(snapshot, pod)
         if isinstance(decision, Bind):
             snapshot.bind(pod, decision.node, decision.gpus)
             placed += 1

@@ -1,0 +1,96 @@
+"""What the policy layer costs on the FGD-protocol placement benchmark, and that it changes nothing.
+
+Replays the default openb trace with the published protocol (seed 42, about 10.8k pods on 1,213
+nodes) with a placement policy, once straight through ``Scheduler`` and once through
+``PolicyEngine`` with no GPUPool or GPUQueue (the implicit default pool and queue, no limits:
+routing, quota admission, ordering, the blocked-head and preemption checks all run), alternating,
+``--repeats`` times each. Reports the median replay wall time of each and the ratio, and checks
+that both replays allocated exactly the same GPU milli after every pod.
+
+    .venv/bin/python bench/engine_overhead.py --json out/bench/engine_overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpupool.bench.machine import machine_description
+from gpupool.scheduling.registry import PolicyContext, build_policy
+from gpupool.scheduling.workload import TargetWorkload
+from gpupool.sim.protocol import seeded_run
+from gpupool.sim.replay import ReplayResult, replay
+from gpupool.sim.trace import read_trace
+
+TRACE_DIR = Path("../shared/data/openb")
+
+
+def provenance() -> dict[str, Any]:
+    """The git commit and dirty flag (local helper until gpupool.bench.provenance lands)."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    return {"git_commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace-dir", type=Path, default=TRACE_DIR)
+    parser.add_argument("--policies", default="fgd,default")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+
+    trace = read_trace(
+        args.trace_dir / "openb_node_list_gpu_node.csv",
+        args.trace_dir / "openb_pod_list_default.csv",
+    )
+    metric = TargetWorkload.from_pods(trace.pods)
+    results: dict[str, Any] = {}
+    for name in args.policies.split(","):
+
+        def once(engine: bool, policy_name: str = name) -> ReplayResult:
+            run = seeded_run(trace.nodes, trace.pods, args.seed)
+            policy = build_policy(policy_name, PolicyContext(run.policy_rng, trace.pods))
+            return replay(
+                trace.nodes, run.arrivals, policy, metric, run.tie_rank, policy_engine=engine
+            )
+
+        walls: dict[str, list[float]] = {"scheduler": [], "engine": []}
+        same = True
+        for _ in range(args.repeats):
+            plain, through = once(False), once(True)
+            walls["scheduler"].append(plain.wall_seconds)
+            walls["engine"].append(through.wall_seconds)
+            same &= bool(np.array_equal(plain.used_milli, through.used_milli))
+        medians = {key: statistics.median(values) for key, values in walls.items()}
+        ratio = medians["engine"] / medians["scheduler"]
+        results[name] = {"runs": walls, "median": medians, "ratio": ratio, "identical": same}
+        print(
+            f"{name:>8}: scheduler {medians['scheduler']:.2f} s, engine {medians['engine']:.2f} s "
+            f"(x{ratio:.3f}), identical placements: {same}",
+            flush=True,
+        )
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        report = {
+            "seed": args.seed,
+            "repeats": args.repeats,
+            "policies": results,
+            "provenance": provenance(),
+            "machine": machine_description(),
+        }
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""GPU units and the pools-and-queues file: values, and errors that name the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpupool.core.model import PodSpec
+from gpupool.policy.config import PolicyConfigError, parse_duration, parse_policy
+from gpupool.policy.spec import PoolMode
+from gpupool.policy.units import format_units, milli_units
+
+from .builders import mig, share, whole
+
+
+@pytest.mark.parametrize(
+    ("pod", "gpu_memory", "expected"),
+    [
+        pytest.param(PodSpec("cpu", 1000, 1), 40_960, 0, id="cpu-only"),
+        pytest.param(whole("w", 2), 40_960, 2000, id="two-whole"),
+        pytest.param(share("s", 250), 40_960, 250, id="compute-share"),
+        pytest.param(share("s", 200, 24_576), 40_960, 600, id="memory-dominates"),
+        pytest.param(share("s", 700, 4096), 40_960, 700, id="compute-dominates"),
+        pytest.param(share("s", 100, 4096), 0, 1000, id="memory-on-unknown-gpu-counts-whole"),
+        pytest.param(mig("m", "3g.40gb"), 81_920, 429, id="mig-3g"),
+        pytest.param(mig("m", "1g.10gb"), 81_920, 143, id="mig-1g"),
+        pytest.param(mig("m", "odd"), 81_920, 1000, id="mig-unknown-profile"),
+    ],
+)
+def test_gpu_units(pod: PodSpec, gpu_memory: int, expected: int) -> None:
+    assert milli_units(pod, gpu_memory) == expected
+
+
+def test_units_format_as_the_reasons_say_them() -> None:
+    assert (format_units(12_000), format_units(2500)) == ("12", "2.5")
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("30m", 1800.0), ("2h", 7200.0), ("1h30m", 5400.0), ("45s", 45.0)]
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "30 minutes", "1d", "m"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+def pool_doc(name: str = "a", **spec: Any) -> dict[str, Any]:
+    return {"kind": "GPUPool", "metadata": {"name": name}, "spec": {"mode": "Shared", **spec}}
+
+
+def queue_doc(name: str = "q", **spec: Any) -> dict[str, Any]:
+    return {
+        "kind": "GPUQueue",
+        "metadata": {"name": name},
+        "spec": {"namespaces": [name], **spec},
+    }
+
+
+def test_a_full_config_parses_with_crd_defaults() -> None:
+    config = parse_policy(
+        [
+            pool_doc("a100-shared", nodeSelector={"gpupool.io/gpu-model": "A100"},
+                     shared={"maxPodsPerGPU": 8, "memoryOvercommit": 1.5},
+                     allowedClasses=["inference", "dev"]),
+            pool_doc("plain"),
+            {"kind": "GPUPool", "metadata": {"name": "x"}, "spec": {"mode": "Exclusive"}},
+            queue_doc("research", priority=100, weight=2, maxConcurrentPods=50,
+                      quotas=[{"pool": "a100-shared", "guaranteed": 4, "ceiling": 12}],
+                      minRuntimeBeforePreemption="10m", reclaimable=False),
+        ]
+    )  # fmt: skip
+    shared, plain, exclusive = config.pools
+    assert shared.mode is PoolMode.SHARED
+    assert shared.node_selector == (("gpupool.io/gpu-model", "A100"),)
+    assert (shared.max_pods_per_gpu, shared.memory_overcommit) == (8, 1.5)
+    assert shared.allowed_classes == {"inference", "dev"}
+    assert (plain.max_pods_per_gpu, plain.compute_overcommit) == (4, 1.0)  # CRD defaults
+    assert exclusive.max_pods_per_gpu is None
+    (research,) = config.queues
+    assert (research.priority, research.weight, research.max_concurrent_pods) == (100, 2.0, 50)
+    assert research.quota("a100-shared") is not None
+    assert (research.quotas[0].guaranteed, research.quotas[0].ceiling) == (4000, 12_000)
+    assert research.min_runtime_before_preemption == 600.0
+    assert research.reclaimable is False
+
+
+@pytest.mark.parametrize(
+    ("documents", "message"),
+    [
+        ([pool_doc(mode="Fractional")], "GPUPool a: spec.mode: must be one of"),
+        ([{"kind": "GPUPool", "metadata": {"name": "a"}, "spec": {}}], "spec.mode"),
+        ([pool_doc(shared={"maxPodsPerGPU": 0})], "spec.shared.maxPodsPerGPU: must be 1..64"),
+        ([pool_doc(shared={"memoryOvercommit": 5})], "spec.shared.memoryOvercommit: must be"),
+        (
+            [{"kind": "GPUPool", "metadata": {"name": "a"},
+              "spec": {"mode": "Exclusive", "shared": {}}}],
+            "spec.shared: only allowed when spec.mode is Shared",
+        ),
+        ([pool_doc(nodeSelector={"k": 3})], "spec.nodeSelector.k: must be a string"),
+        ([pool_doc(allowedClasses="dev")], "spec.allowedClasses: must be a list"),
+        ([pool_doc("default")], "'default' is the implicit pool"),
+        ([pool_doc(), pool_doc()], "GPUPool a: metadata.name: defined twice"),
+        ([queue_doc(namespaces=[])], "GPUQueue q: spec.namespaces: must list at least 1"),
+        ([queue_doc(weight=0)], "GPUQueue q: spec.weight: must be > 0"),
+        ([queue_doc(priority=-1)], "spec.priority: must be 0..1000000"),
+        ([pool_doc(), queue_doc(quotas=[{"pool": "a", "guaranteed": -1}])],
+         "spec.quotas[0].guaranteed: must be >= 0"),
+        ([pool_doc(), queue_doc(quotas=[{"pool": "a", "guaranteed": 4, "ceiling": 2}])],
+         "spec.quotas[0].ceiling: must be >= guaranteed"),
+        ([pool_doc(), queue_doc(quotas=[{"pool": "a"}, {"pool": "a"}])],
+         "spec.quotas[1]: duplicate pool 'a'"),
+        ([queue_doc(quotas=[{"pool": "nope"}])], "spec.quotas: unknown pool 'nope'"),
+        ([queue_doc(quotas=[{"guaranteed": 1}])], "spec.quotas[0].pool: required"),
+        ([queue_doc(minRuntimeBeforePreemption="10 minutes")],
+         "spec.minRuntimeBeforePreemption: must be a duration"),
+        ([queue_doc(reclaimable="yes")], "spec.reclaimable: must be true or false"),
+        ([queue_doc(maxConcurrentPods=-1)], "spec.maxConcurrentPods: must be >= 0"),
+        ([queue_doc("a"), queue_doc("b", namespaces=["a"])],
+         "GPUQueue b: spec.namespaces: 'a' is already in queue 'a'"),
+        ([{"kind": "Pod", "metadata": {"name": "x"}}], "document 0: kind: must be GPUPool"),
+        ([{"kind": "GPUQueue", "spec": {}}], "document 0 (GPUQueue): metadata.name: required"),
+        (["text"], "document 0: must be a mapping"),
+    ],
+)  # fmt: skip
+def test_bad_documents_name_the_field(documents: list[Any], message: str) -> None:
+    with pytest.raises(PolicyConfigError) as caught:
+        parse_policy(documents)
+    assert message in str(caught.value)
