@@ -19,7 +19,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from gpupool.kube.api import JSON, STRATEGIC_PATCH, ApiError, JsonObject, KubeAPI
+from gpupool.kube.api import JSON, MERGE_PATCH, STRATEGIC_PATCH, ApiError, JsonObject, KubeAPI
 from gpupool.kube.records import PodRecord
 
 log = logging.getLogger(__name__)
@@ -202,6 +202,12 @@ class PodReporter:
         meta = pod.metadata
         path = f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/status"
         self._put("PATCH", path, _unschedulable_patch(message), STRATEGIC_PATCH)
+
+    def nominate(self, pod: PodRecord, node: str) -> None:
+        """Queue ``status.nominatedNodeName`` for a preemptor, as kube-scheduler writes it."""
+        meta = pod.metadata
+        path = f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/status"
+        self._put("PATCH", path, {"status": {"nominatedNodeName": node}}, MERGE_PATCH)
 
     def _put(self, method: str, path: str, body: JsonObject, content_type: str = JSON) -> None:
         try:
