@@ -141,6 +141,17 @@ class LiveStats:
     preemptions: int = 0
 
 
+def _ordering_wait(reason: str) -> bool:
+    """Whether the engine held a pod only behind others of this cycle, not for itself.
+
+    Such a pod (behind a blocked pod of its pool, past the cycle's backfill depth, or the same
+    size as one that failed this cycle) has had no verdict of its own: it is tried again in the
+    next cycle instead of being parked until capacity changes, and no reason is written for it,
+    so every pending pod ends with its own reason, as under kube-scheduler.
+    """
+    return reason.startswith(("waiting behind ", "backfill: ")) or reason.endswith(" this cycle")
+
+
 def _pod_order(pod: PodRecord) -> tuple[int, str, str, str]:
     """Highest priority first, then oldest, then by name (a total order)."""
     meta = pod.metadata
@@ -297,8 +308,7 @@ class LiveScheduler:
             state.capacity_epoch,
             lambda uid: _pod_order(pods[uid]) if uid in pods else (0, "", "", uid),
         )
-        carried = [*self.nominated, *(r.pod for r in self._reservations.values())]
-        workloads = self._workloads(dict.fromkeys([*ready, *carried]))
+        workloads = self._workloads(dict.fromkeys([*ready, *self.nominated]))
         if not workloads:
             return
         request = self._request(snapshot, workloads)
@@ -307,7 +317,9 @@ class LiveScheduler:
         each = (time.perf_counter() - started) / len(workloads)
         for _ in workloads:
             self.metrics.latency.observe(each)
-        await self._apply(snapshot, engine, request, result)
+        if await self._apply(snapshot, engine, request, result):
+            self.wake.set()  # pods deferred behind others: try them again next cycle
+            await asyncio.sleep(0)  # after letting watches and lease renewals in
 
     def _workloads(self, uids: Iterable[str]) -> list[Workload]:
         """The pending pods among ``uids`` as workloads, with their node checks registered."""
@@ -362,13 +374,17 @@ class LiveScheduler:
         engine: PolicyEngine,
         request: CycleRequest,
         result: CycleResult,
-    ) -> None:
-        """Carry out one cycle's decisions: assume every admit first, then send the binds."""
+    ) -> bool:
+        """Carry out one cycle's decisions: assume every admit first, then send the binds.
+
+        Returns whether pods were deferred (see :func:`_ordering_wait`).
+        """
         state = self.state
         self._reservations = result.reservations
         self.nominated = {uid: snapshot.node_names[row] for uid, row in result.nominations.items()}
         layout, tables = engine.policy.layout, engine.policy.tables
         admitted: list[tuple[PodRecord, Bind, str, str]] = []
+        deferred = False
         for decision in result.decisions:
             uid = decision.workload.name
             pod = state.pods.get(uid)
@@ -385,6 +401,9 @@ class LiveScheduler:
                 admitted.append((pod, decision.bind, pool, queue))
             elif isinstance(decision, Preempt):
                 self._preempt(pod, decision)
+            elif decision.reject is None and _ordering_wait(decision.reason):
+                self.queue.retry_now(uid)
+                deferred = True
             else:
                 reason = decision.reason
                 if uid in self.nominated:
@@ -398,6 +417,7 @@ class LiveScheduler:
             task = asyncio.create_task(self._bind(pod, decision_bind, pool, queue))
             self._binds.add(task)
             task.add_done_callback(self._binds.discard)
+        return deferred
 
     def _preempt(self, pod: PodRecord, decision: Preempt) -> None:
         """Nominate the preemptor and evict its victims (each with an Event)."""
