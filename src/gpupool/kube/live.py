@@ -195,6 +195,7 @@ class LiveScheduler:
         self.placement = PodCheckedScheduler(build_policy(self.config.policy, context))
         self.engine: PolicyEngine | None = None
         self.nominated: dict[str, str] = {}  # preemptor uid -> node name
+        self.terminating: set[str] = set()  # bound pods being deleted: never victims again
         self._reservations: dict[int, Reservation] = {}
         self._seen: set[str] = set()  # pods shown to the policy (online learning)
         self._gate = asyncio.Semaphore(self.config.bind_concurrency)
@@ -211,6 +212,9 @@ class LiveScheduler:
             self._seen.discard(uid)
             self.book.forget(uid)
             self.nominated.pop(uid, None)
+            self.terminating.discard(uid)
+        elif pod.metadata.deletion_timestamp is not None and pod.spec.node_name:
+            self.terminating.add(uid)
         if self.leading:
             self.wake.set()
 
@@ -352,10 +356,14 @@ class LiveScheduler:
 
     def _request(self, snapshot: ClusterSnapshot, workloads: list[Workload]) -> CycleRequest:
         book = self.book
-        evicting = self.evictor.outstanding
+        evicting, terminating = self.evictor.outstanding, self.terminating
         running = book.running
-        if evicting:  # a victim being evicted is not chosen again for someone else
-            running = {uid: r for uid, r in running.items() if uid not in evicting}
+        if evicting or terminating:  # a pod on its way out is no one's victim again
+            running = {
+                uid: r
+                for uid, r in running.items()
+                if uid not in evicting and uid not in terminating
+            }
         index = snapshot.node_index
         return CycleRequest(
             snapshot=snapshot,

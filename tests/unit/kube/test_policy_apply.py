@@ -1,0 +1,192 @@
+"""The live cycle applies the engine's decisions to the cache and the API: admit, wait, preempt.
+
+The API server is an in-process recorder here (the real one is in
+tests/integration/test_policy_live.py): it answers Bindings and Evictions and keeps every
+request, so each test can check exactly what the scheduler asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx2
+import msgspec
+
+from gpupool.kube import allocation
+from gpupool.kube.api import KubeAPI
+from gpupool.kube.informer import ADDED, DELETED
+from gpupool.kube.live import LiveConfig, LiveScheduler, _ordering_wait
+from gpupool.kube.records import PolicyObjectRecord
+
+from .builders import SIGNER, annotated, node, pod
+
+Json = dict[str, Any]
+
+
+class Recorder:
+    """Answers like the API server; ``evictions`` is the status every eviction gets."""
+
+    def __init__(self, evictions: int = 201) -> None:
+        self.requests: list[tuple[str, str, Json]] = []
+        self.evictions = evictions
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        body = json.loads(request.content) if request.content else {}
+        self.requests.append((request.method, request.url.path, body))
+        if request.url.path.endswith("/eviction") and self.evictions == 429:
+            message = "Cannot evict pod as it would violate the pod's disruption budget."
+            return httpx2.Response(429, json={"kind": "Status", "code": 429, "message": message})
+        return httpx2.Response(201, json={})
+
+    def posted(self, suffix: str) -> list[tuple[str, Json]]:
+        return [(path, body) for method, path, body in self.requests if path.endswith(suffix)]
+
+
+def _scheduler(recorder: Recorder) -> LiveScheduler:
+    client = httpx2.AsyncClient(base_url="https://api", transport=httpx2.MockTransport(recorder))
+    scheduler = LiveScheduler(KubeAPI(client), LiveConfig(identity="test"), signer=SIGNER)
+    scheduler.state.restart()
+    scheduler.leading = True
+    return scheduler
+
+
+def _policy(scheduler: LiveScheduler, kind: str, name: str, spec: Json) -> None:
+    body = {"metadata": {"name": name, "uid": f"uid-{name}"}, "spec": spec}
+    record = msgspec.json.decode(msgspec.json.encode(body), type=PolicyObjectRecord)
+    informer = scheduler.policies.pools if kind == "GPUPool" else scheduler.policies.queues
+    informer.store[record.metadata.uid] = record
+    informer.handler(ADDED, record)
+
+
+def _reports(scheduler: LiveScheduler) -> list[tuple[str, str, Json, str]]:
+    items: list[tuple[str, str, Json, str]] = []
+    while not scheduler.reports.queue.empty():
+        items.append(scheduler.reports.queue.get_nowait())
+    return items
+
+
+def _reasons(reports: list[tuple[str, str, Json, str]]) -> dict[str, str]:
+    """Pod name to the PodScheduled=False message written for it."""
+    found = {}
+    for method, path, body, _ in reports:
+        if method == "PATCH" and "conditions" in body.get("status", {}):
+            found[path.split("/")[-2]] = body["status"]["conditions"][0]["message"]
+    return found
+
+
+async def _settle(scheduler: LiveScheduler) -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+    if scheduler._binds:
+        await asyncio.gather(*scheduler._binds)
+
+
+async def test_admit_binds_with_pool_and_queue_and_a_ceiling_holds_the_next_pod() -> None:
+    recorder = Recorder()
+    scheduler = _scheduler(recorder)
+    _policy(scheduler, "GPUPool", "x", {"mode": "Exclusive", "nodeSelector": {"pool": "x"}})
+    _policy(
+        scheduler, "GPUQueue", "q", {"namespaces": ["ml"], "quotas": [{"pool": "x", "ceiling": 1}]}
+    )
+    scheduler._on_node(ADDED, node("n0", gpus=2, labels={"pool": "x"}))
+    scheduler._on_pod(ADDED, pod("first", namespace="ml", gpus=1, created="2025-01-01T00:00:00Z"))
+    scheduler._on_pod(ADDED, pod("second", namespace="ml", gpus=1, created="2025-01-01T00:00:05Z"))
+    await scheduler.cycle()
+    await _settle(scheduler)
+
+    ((path, body),) = recorder.posted("/binding")
+    assert path == "/api/v1/namespaces/ml/pods/first/binding"
+    record = allocation.decode(body["metadata"]["annotations"]["gpupool.io/allocation"])
+    assert (record.pool, record.queue, record.node) == ("x", "q", "n0")
+    assert SIGNER.verify(record, "uid-first")  # the new fields are signed too
+    reasons = _reasons(_reports(scheduler))
+    assert reasons == {"second": "queue q: ceiling 1 GPU units reached in pool x"}
+    # the admitted pod is charged to its queue, incrementally, at the next cycle
+    await scheduler.cycle()
+    assert scheduler.book.ledger.used.sum() == 1000
+    assert set(scheduler.book.running) == {"uid-first"}
+
+
+async def test_preemption_evicts_nominates_and_binds_the_preemptor_once_the_victim_is_gone() -> (
+    None
+):
+    recorder = Recorder()
+    scheduler = _scheduler(recorder)
+    scheduler._on_node(ADDED, node("n0", gpus=1))
+    low = pod(
+        "low", gpus=1, node="n0", priority=1, annotations=annotated("n0", (0,), uid="uid-low")
+    )
+    scheduler._on_pod(ADDED, low)
+    scheduler._on_pod(ADDED, pod("high", gpus=1, priority=100))
+    await scheduler.cycle()
+    await _settle(scheduler)
+
+    ((path, body),) = recorder.posted("/eviction")
+    assert path == "/api/v1/namespaces/default/pods/low/eviction"
+    assert body["deleteOptions"]["preconditions"]["uid"] == "uid-low"
+    assert scheduler.nominated == {"uid-high": "n0"}
+    reports = _reports(scheduler)
+    assert any(b.get("status") == {"nominatedNodeName": "n0"} for _, _, b, _ in reports)
+    notes = {b["regarding"]["name"]: b["note"] for m, _, b, _ in reports if m == "POST"}
+    assert "default/high" in notes["low"]
+    assert "rule priority" in notes["low"]
+    assert _reasons(reports)["high"].startswith("nominated to node n0")
+
+    # the victim terminates (still holding its GPU): the preemptor waits, nobody else is evicted
+    scheduler._on_pod(
+        ADDED,
+        pod(
+            "low",
+            gpus=1,
+            node="n0",
+            priority=1,
+            deleted=True,
+            annotations=annotated("n0", (0,), uid="uid-low"),
+            resource_version="2",
+        ),
+    )
+    await scheduler.cycle()
+    await _settle(scheduler)
+    assert len(recorder.posted("/eviction")) == 1
+    assert not recorder.posted("/binding")
+
+    scheduler._on_pod(DELETED, low)
+    await scheduler.cycle()
+    await _settle(scheduler)
+    ((path, _),) = recorder.posted("/binding")
+    assert path == "/api/v1/namespaces/default/pods/high/binding"
+    assert scheduler.nominated == {}
+    assert scheduler.stats.preemptions == 1
+
+
+async def test_a_budget_refusing_the_eviction_becomes_the_preemptors_reason() -> None:
+    recorder = Recorder(evictions=429)
+    scheduler = _scheduler(recorder)
+    scheduler._on_node(ADDED, node("n0", gpus=1))
+    scheduler._on_pod(
+        ADDED,
+        pod("low", gpus=1, node="n0", priority=1, annotations=annotated("n0", (0,), uid="uid-low")),
+    )
+    scheduler._on_pod(ADDED, pod("high", gpus=1, priority=100))
+    try:
+        await scheduler.cycle()
+        await _settle(scheduler)
+        assert "disruption budget" in scheduler.evictor.blocked_reason("uid-high")
+        _reports(scheduler)
+        await scheduler.cycle()  # the refusal woke the loop; the nominated pod is decided again
+        reason = _reasons(_reports(scheduler))["high"]
+        assert reason.startswith("waiting for eviction of default/low: a PodDisruptionBudget")
+        assert not recorder.posted("/binding")
+        assert all(method != "DELETE" for method, _, _ in recorder.requests)
+    finally:
+        scheduler.evictor.cancel_all()
+
+
+def test_only_waits_behind_other_pods_are_retried_at_once() -> None:
+    assert _ordering_wait("waiting behind big in pool default")
+    assert _ordering_wait("no room in pool default for a pod of this size this cycle")
+    assert _ordering_wait("backfill: would delay big, reserved on node n0 from t=5s")
+    assert not _ordering_wait("queue q: ceiling 1 GPU units reached in pool x")
+    assert not _ordering_wait("0/3 nodes are available: 3 Insufficient gpupool.io/gpu.")
