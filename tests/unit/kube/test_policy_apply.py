@@ -190,3 +190,33 @@ def test_only_waits_behind_other_pods_are_retried_at_once() -> None:
     assert _ordering_wait("backfill: would delay big, reserved on node n0 from t=5s")
     assert not _ordering_wait("queue q: ceiling 1 GPU units reached in pool x")
     assert not _ordering_wait("0/3 nodes are available: 3 Insufficient gpupool.io/gpu.")
+
+
+async def test_status_reports_a_node_two_pools_select_and_a_queue_left_out() -> None:
+    scheduler = _scheduler(Recorder())
+    _policy(scheduler, "GPUPool", "a", {"mode": "Exclusive", "nodeSelector": {"rack": "1"}})
+    _policy(scheduler, "GPUPool", "b", {"mode": "Shared", "nodeSelector": {"rack": "1"}})
+    _policy(scheduler, "GPUPool", "c", {"mode": "Exclusive", "nodeSelector": {"rack": "2"}})
+    _policy(scheduler, "GPUQueue", "lost", {"namespaces": ["x"], "quotas": [{"pool": "zz"}]})
+    scheduler._on_node(ADDED, node("both", gpus=4, labels={"rack": "1"}))
+    scheduler._on_node(ADDED, node("only-c", gpus=8, labels={"rack": "2"}))
+    scheduler._on_pod(ADDED, pod("p", gpus=1))  # whole GPU: the Exclusive pools, not the node
+    await scheduler.cycle()
+    await _settle(scheduler)
+    await scheduler.cycle()
+    status = scheduler.desired_status()
+    pool_a = status["/apis/gpupool.io/v1alpha1/gpupools/a"]
+    conflict = pool_a["conditions"][0]
+    assert (conflict["type"], conflict["status"]) == ("NodeConflict", "True")
+    assert "both" in conflict["message"]
+    assert (pool_a["nodes"], pool_a["gpus"]) == (0, 0)  # the contested node is in no pool
+    pool_c = status["/apis/gpupool.io/v1alpha1/gpupools/c"]
+    assert (pool_c["nodes"], pool_c["gpus"], pool_c["pods"], pool_c["allocatedGPUUnits"]) == (
+        1,
+        8,
+        1,
+        1.0,
+    )
+    lost = status["/apis/gpupool.io/v1alpha1/gpuqueues/lost"]["conditions"][0]
+    assert (lost["type"], lost["status"], lost["reason"]) == ("Valid", "False", "InvalidSpec")
+    assert "spec.quotas" in lost["message"]
