@@ -196,6 +196,7 @@ class LiveScheduler:
         self.engine: PolicyEngine | None = None
         self.nominated: dict[str, str] = {}  # preemptor uid -> node name
         self.terminating: set[str] = set()  # bound pods being deleted: never victims again
+        self.victims: dict[str, tuple[str, ...]] = {}  # preemptor uid -> its victims' uids
         self._reservations: dict[int, Reservation] = {}
         self._seen: set[str] = set()  # pods shown to the policy (online learning)
         self._gate = asyncio.Semaphore(self.config.bind_concurrency)
@@ -212,6 +213,7 @@ class LiveScheduler:
             self._seen.discard(uid)
             self.book.forget(uid)
             self.nominated.pop(uid, None)
+            self.victims.pop(uid, None)
             self.terminating.discard(uid)
         elif pod.metadata.deletion_timestamp is not None and pod.spec.node_name:
             self.terminating.add(uid)
@@ -416,6 +418,11 @@ class LiveScheduler:
                 reason = decision.reason
                 if uid in self.nominated:
                     reason = self.evictor.blocked_reason(uid) or reason
+                    if not any(v in state.pods for v in self.victims.get(uid, ())):
+                        # its victims are gone and it still does not fit (someone else's pod
+                        # came first): give the nomination up, so it may preempt again
+                        self.nominated.pop(uid, None)
+                        self.victims.pop(uid, None)
                 self._unschedulable(pod, reason)
         for pod, decision_bind, pool, queue in admitted:
             uid = pod.metadata.uid
@@ -441,6 +448,7 @@ class LiveScheduler:
             return
         pods = self.state.pods
         victims = [pods[name] for name in decision.victims if name in pods]
+        self.victims[uid] = decision.victims
         rule = decision.rule.value
         self.stats.preemptions += 1
         self.reports.nominate(pod, decision.node_name)

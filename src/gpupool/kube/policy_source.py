@@ -23,6 +23,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import httpx2
+
 from gpupool.kube.api import ApiError, KubeAPI
 from gpupool.kube.informer import Informer
 from gpupool.kube.records import PolicyObjectRecord
@@ -133,8 +135,8 @@ class PolicySource:
                 await self.api.get(POOLS_PATH, {"limit": "1"})
                 await self.api.get(QUEUES_PATH, {"limit": "1"})
             except ApiError as error:
-                if error.status != 404:
-                    log.warning("GPUPool/GPUQueue lookup: %s; retrying", error)
+                if error.status != 404:  # 403: without its quotas the scheduler must not admit
+                    log.error("GPUPool/GPUQueue cannot be read: %s; retrying", error)
                     await asyncio.sleep(1.0)
                     continue
                 if not self.absent.is_set():
@@ -142,6 +144,10 @@ class PolicySource:
                     self.absent.set()
                     self.on_change()
                 await asyncio.sleep(ABSENT_RECHECK)
+                continue
+            except (OSError, httpx2.HTTPError) as error:  # the API server is away: ask again
+                log.warning("GPUPool/GPUQueue lookup: %s; retrying", error)
+                await asyncio.sleep(1.0)
                 continue
             if self.absent.is_set():
                 self.absent.clear()
