@@ -220,3 +220,25 @@ async def test_status_reports_a_node_two_pools_select_and_a_queue_left_out() -> 
     lost = status["/apis/gpupool.io/v1alpha1/gpuqueues/lost"]["conditions"][0]
     assert (lost["type"], lost["status"], lost["reason"]) == ("Valid", "False", "InvalidSpec")
     assert "spec.quotas" in lost["message"]
+
+
+async def test_a_nomination_is_given_up_when_its_victims_are_gone_and_the_room_was_taken() -> None:
+    recorder = Recorder()
+    scheduler = _scheduler(recorder)
+    scheduler._on_node(ADDED, node("n0", gpus=1))
+    low = pod(
+        "low", gpus=1, node="n0", priority=1, annotations=annotated("n0", (0,), uid="uid-low")
+    )
+    scheduler._on_pod(ADDED, low)
+    scheduler._on_pod(ADDED, pod("high", gpus=1, priority=100))
+    await scheduler.cycle()
+    await _settle(scheduler)
+    assert scheduler.nominated == {"uid-high": "n0"}
+    # the victim goes, but another scheduler's pod takes the GPU first
+    scheduler._on_pod(DELETED, low)
+    scheduler.state.sync()  # the release is seen before the other pod (no cycle in between)
+    scheduler._on_pod(ADDED, pod("other", gpus=1, node="n0", scheduler="default-scheduler"))
+    await scheduler.cycle()
+    await _settle(scheduler)
+    assert scheduler.nominated == {}
+    assert not recorder.posted("/binding")
