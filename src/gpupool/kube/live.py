@@ -53,21 +53,22 @@ import numpy as np
 from gpupool.core.decisions import Bind
 from gpupool.core.snapshot import AllocationError, ClusterSnapshot
 from gpupool.kube import allocation
-from gpupool.kube.api import ApiError, KubeAPI
+from gpupool.kube.api import KubeAPI
 from gpupool.kube.evictions import Eviction, Evictor
 from gpupool.kube.informer import Informer
 from gpupool.kube.observe import SchedulingMetrics
-from gpupool.kube.policy_book import PolicyBook, queue_label
-from gpupool.kube.policy_cycle import PodCheckedScheduler, node_allows
+from gpupool.kube.policy_book import PolicyBook
+from gpupool.kube.policy_cycle import PodCheckedScheduler, ordering_wait
 from gpupool.kube.policy_source import PolicySource
-from gpupool.kube.policy_status import Status, StatusWriter, desired_statuses
+from gpupool.kube.policy_status import Status, StatusWriter, live_statuses
+from gpupool.kube.preempting import Preemptions
 from gpupool.kube.queue import SchedulingQueue
 from gpupool.kube.records import NodeRecord, PodRecord
 from gpupool.kube.signing import RecordSigner
 from gpupool.kube.state import ClusterState
 from gpupool.kube.translate import InvalidObjectError
 from gpupool.kube.vocabulary import ANNOTATION_ALLOCATION, SCHEDULER_NAME
-from gpupool.kube.writes import BindOutcome, BindResult, PodReporter, bind, now_rfc3339
+from gpupool.kube.writes import BindOutcome, BindResult, PodReporter, bind, find_out, now_rfc3339
 from gpupool.policy.backfill import Reservation
 from gpupool.policy.workload import Workload
 from gpupool.scheduling.engine import Admit, CycleRequest, CycleResult, PolicyEngine, Preempt
@@ -75,8 +76,6 @@ from gpupool.scheduling.registry import PolicyContext, build_policy
 
 log = logging.getLogger(__name__)
 
-YIELD_EVERY = 0.02
-"""Seconds of deciding after which a cycle lets the event loop run other tasks."""
 CYCLE_ERROR_PAUSE = 1.0
 """Seconds to wait after a cycle failed as a whole before the next one."""
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
@@ -141,17 +140,6 @@ class LiveStats:
     preemptions: int = 0
 
 
-def _ordering_wait(reason: str) -> bool:
-    """Whether the engine held a pod only behind others of this cycle, not for itself.
-
-    Such a pod (behind a blocked pod of its pool, past the cycle's backfill depth, or the same
-    size as one that failed this cycle) has had no verdict of its own: it is tried again in the
-    next cycle instead of being parked until capacity changes, and no reason is written for it,
-    so every pending pod ends with its own reason, as under kube-scheduler.
-    """
-    return reason.startswith(("waiting behind ", "backfill: ")) or reason.endswith(" this cycle")
-
-
 def _pod_order(pod: PodRecord) -> tuple[int, str, str, str]:
     """Highest priority first, then oldest, then by name (a total order)."""
     meta = pod.metadata
@@ -189,14 +177,12 @@ class LiveScheduler:
         )
         self.nodes = Informer(self.api, "/api/v1/nodes", NodeRecord, self._on_node)
         self.policies = PolicySource(self.api, self._on_policy)
-        self.evictor = Evictor(self.api, self.reports, self._still_evicting, self.wake.set)
+        evictor = Evictor(self.api, self.reports, self._still_evicting, self.wake.set)
+        self.preemptions = Preemptions(evictor, self.reports)
         self.status = StatusWriter(self.api)
         context = PolicyContext(rng=np.random.default_rng(self.config.seed), trace_pods=())
         self.placement = PodCheckedScheduler(build_policy(self.config.policy, context))
         self.engine: PolicyEngine | None = None
-        self.nominated: dict[str, str] = {}  # preemptor uid -> node name
-        self.terminating: set[str] = set()  # bound pods being deleted: never victims again
-        self.victims: dict[str, tuple[str, ...]] = {}  # preemptor uid -> its victims' uids
         self._reservations: dict[int, Reservation] = {}
         self._seen: set[str] = set()  # pods shown to the policy (online learning)
         self._gate = asyncio.Semaphore(self.config.bind_concurrency)
@@ -209,14 +195,11 @@ class LiveScheduler:
     def _on_pod(self, kind: str, pod: PodRecord) -> None:
         self.state.on_pod(kind, pod)
         uid = pod.metadata.uid
-        if uid not in self.state.pods:  # gone: per-pod bookkeeping goes too
+        gone = uid not in self.state.pods
+        if gone:  # per-pod bookkeeping goes too
             self._seen.discard(uid)
             self.book.forget(uid)
-            self.nominated.pop(uid, None)
-            self.victims.pop(uid, None)
-            self.terminating.discard(uid)
-        elif pod.metadata.deletion_timestamp is not None and pod.spec.node_name:
-            self.terminating.add(uid)
+        self.preemptions.on_pod(pod, gone=gone)
         if self.leading:
             self.wake.set()
 
@@ -262,7 +245,7 @@ class LiveScheduler:
         await asyncio.gather(self.nodes.resync(), self.pods.resync(), self.policies.resync())
         self.state.restart()
         self.queue = SchedulingQueue()
-        self.nominated = {}
+        self.preemptions.clear()
         self.leading = True
         self.wake.set()
         status = asyncio.create_task(self.status.run(self.desired_status))
@@ -285,7 +268,7 @@ class LiveScheduler:
         finally:
             self.leading = False
             status.cancel()
-            self.evictor.cancel_all()
+            self.preemptions.evictor.cancel_all()
             for task in list(self._binds):
                 task.cancel()
             self.state.deactivate()
@@ -314,7 +297,7 @@ class LiveScheduler:
             state.capacity_epoch,
             lambda uid: _pod_order(pods[uid]) if uid in pods else (0, "", "", uid),
         )
-        workloads = self._workloads(dict.fromkeys([*ready, *self.nominated]))
+        workloads = self._workloads(dict.fromkeys([*ready, *self.preemptions.nominated]))
         if not workloads:
             return
         request = self._request(snapshot, workloads)
@@ -357,23 +340,14 @@ class LiveScheduler:
         return workloads
 
     def _request(self, snapshot: ClusterSnapshot, workloads: list[Workload]) -> CycleRequest:
-        book = self.book
-        evicting, terminating = self.evictor.outstanding, self.terminating
-        running = book.running
-        if evicting or terminating:  # a pod on its way out is no one's victim again
-            running = {
-                uid: r
-                for uid, r in running.items()
-                if uid not in evicting and uid not in terminating
-            }
-        index = snapshot.node_index
+        book, preemptions = self.book, self.preemptions
         return CycleRequest(
             snapshot=snapshot,
             pending=workloads,
-            running=running,
+            running=preemptions.candidates(book.running),
             ledger=book.ledger,
             now=time.time(),
-            nominations={uid: index[n] for uid, n in self.nominated.items() if n in index},
+            nominations=preemptions.rows(snapshot.node_index),
             runtimes=book.runtimes,
             reservations=self._reservations,
         )
@@ -391,7 +365,8 @@ class LiveScheduler:
         """
         state = self.state
         self._reservations = result.reservations
-        self.nominated = {uid: snapshot.node_names[row] for uid, row in result.nominations.items()}
+        preemptions = self.preemptions
+        preemptions.carry(result.nominations, snapshot.node_names)
         layout, tables = engine.policy.layout, engine.policy.tables
         admitted: list[tuple[PodRecord, Bind, str, str]] = []
         deferred = False
@@ -410,20 +385,17 @@ class LiveScheduler:
                 pool, queue = layout.pools[decision.pool].name, tables.queues[decision.queue].name
                 admitted.append((pod, decision.bind, pool, queue))
             elif isinstance(decision, Preempt):
-                self._preempt(pod, decision)
-            elif decision.reject is None and _ordering_wait(decision.reason):
+                checks = self.placement.checks.get(uid, ())
+                started, reason = preemptions.start(pod, decision, state.pods, checks)
+                self.stats.preemptions += started
+                self._unschedulable(pod, reason)
+            elif decision.reject is None and ordering_wait(decision.reason):
                 self.queue.retry_now(uid)
                 deferred = True
             else:
-                reason = decision.reason
-                if uid in self.nominated:
-                    reason = self.evictor.blocked_reason(uid) or reason
-                    if not any(v in state.pods for v in self.victims.get(uid, ())):
-                        # its victims are gone and it still does not fit (someone else's pod
-                        # came first): give the nomination up, so it may preempt again
-                        self.nominated.pop(uid, None)
-                        self.victims.pop(uid, None)
-                self._unschedulable(pod, reason)
+                self._unschedulable(
+                    pod, preemptions.waiting_reason(uid, decision.reason, state.pods)
+                )
         for pod, decision_bind, pool, queue in admitted:
             uid = pod.metadata.uid
             self.metrics.attempt("scheduled")
@@ -434,52 +406,9 @@ class LiveScheduler:
             task.add_done_callback(self._binds.discard)
         return deferred
 
-    def _preempt(self, pod: PodRecord, decision: Preempt) -> None:
-        """Nominate the preemptor and evict its victims (each with an Event)."""
-        uid = pod.metadata.uid
-        if not node_allows(self.placement.checks.get(uid, ()), decision.node):
-            # the engine's victim search sees the pool, not the pod's selector and taints
-            self.nominated.pop(uid, None)
-            self._unschedulable(
-                pod,
-                f"preemption would free node {decision.node_name}, "
-                "which the pod's node selector, affinity or taints exclude",
-            )
-            return
-        pods = self.state.pods
-        victims = [pods[name] for name in decision.victims if name in pods]
-        self.victims[uid] = decision.victims
-        rule = decision.rule.value
-        self.stats.preemptions += 1
-        self.reports.nominate(pod, decision.node_name)
-        self.reports.event(
-            pod,
-            "Normal",
-            "Preempting",
-            f"Preempting {', '.join(v.key for v in victims)} on node {decision.node_name} "
-            f"(rule {rule})",
-        )
-        for victim in victims:
-            self.evictor.evict(victim, pod, rule, decision.node_name)
-        self._unschedulable(
-            pod,
-            f"nominated to node {decision.node_name}: preempting {len(victims)} pod(s) "
-            f"(rule {rule})",
-        )
-
     def desired_status(self) -> dict[str, Status]:
         """GPUPool and GPUQueue status from the ledger (nothing when no such object exists)."""
-        source, book, state = self.policies, self.book, self.state
-        policy = book.policy
-        if policy is None or not (source.pools.store or source.queues.store):
-            return {}
-        tables, config, pods = policy.tables, book.config, state.pods
-        pending = (
-            tables.queue_of(pods[uid].metadata.namespace, queue_label(pods[uid], config))
-            for uid in state.pending
-            if uid in pods
-        )
-        return desired_statuses(book, source, pending)
+        return live_statuses(self.book, self.policies, self.state.pods, self.state.pending)
 
     def _unschedulable(self, pod: PodRecord, message: str) -> None:
         self.metrics.attempt("unschedulable")
@@ -526,7 +455,7 @@ class LiveScheduler:
             )
             if result.outcome is BindOutcome.UNKNOWN:
                 self.stats.bind_unknown += 1
-                result = await self._find_out(pod, result)
+                result = await find_out(self.api, pod, result)
             self._settle(pod, decision, result)
         finally:
             self._gate.release()
@@ -555,25 +484,3 @@ class LiveScheduler:
         else:  # conflict or gone: the watch tells what happened; retry after a backoff
             self.queue.failed(uid, time.monotonic(), f"binding {result.reason}")
         self.wake.set()
-
-    async def _find_out(self, pod: PodRecord, first: BindResult) -> BindResult:
-        """After an ambiguous bind failure: is the pod bound? Keep the GPUs held until known."""
-        path = f"/api/v1/namespaces/{pod.metadata.namespace}/pods/{pod.metadata.name}"
-        delay = 0.5
-        while True:
-            try:
-                current = await self.api.get(path)
-            except ApiError as error:
-                if error.status == 404:
-                    return BindResult(BindOutcome.GONE, "gone", error.message)
-            except Exception as error:  # keep the assumption; ask again
-                log.warning("checking bind of %s: %s", pod.key, error)
-            else:
-                if current["metadata"]["uid"] != pod.metadata.uid:
-                    return BindResult(BindOutcome.GONE, "gone", "the pod was replaced")
-                if current["spec"].get("nodeName"):
-                    return BindResult(BindOutcome.BOUND)
-                # not bound: the failure was real; retry after a backoff
-                return BindResult(BindOutcome.CONFLICT, first.reason, first.message)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)

@@ -48,3 +48,14 @@ class PodCheckedScheduler(Scheduler):
 def node_allows(checks: tuple[NodeCheck, ...], node: int) -> bool:
     """Whether every check passes ``node``."""
     return all(bool(passed[node]) for _, passed in checks)
+
+
+def ordering_wait(reason: str) -> bool:
+    """Whether the engine held a pod only behind others of this cycle, not for itself.
+
+    Such a pod (behind a blocked pod of its pool, past the cycle's backfill depth, or the same
+    size as one that failed this cycle) has had no verdict of its own: it is tried again in the
+    next cycle instead of being parked until capacity changes, and no reason is written for it,
+    so every pending pod ends with its own reason, as under kube-scheduler.
+    """
+    return reason.startswith(("waiting behind ", "backfill: ")) or reason.endswith(" this cycle")

@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpupool.kube.api import KubeAPI
-from gpupool.kube.policy_book import PolicyBook
+from gpupool.kube.policy_book import PolicyBook, queue_label
 from gpupool.kube.policy_source import POOLS_PATH, QUEUES_PATH, PolicySource
+from gpupool.kube.records import PodRecord
 from gpupool.kube.writes import now_rfc3339
 from gpupool.policy.units import MILLI_UNITS
 
@@ -106,6 +107,22 @@ def desired_statuses(
             "conditions": [_valid(problem)],
         }
     return result
+
+
+def live_statuses(
+    book: PolicyBook, source: PolicySource, pods: Mapping[str, PodRecord], pending: Iterable[str]
+) -> dict[str, Status]:
+    """:func:`desired_statuses` for the cache's pending pods (nothing when no object exists)."""
+    policy = book.policy
+    if policy is None or not (source.pools.store or source.queues.store):
+        return {}
+    tables, config = policy.tables, book.config
+    queues = (
+        tables.queue_of(pods[uid].metadata.namespace, queue_label(pods[uid], config))
+        for uid in pending
+        if uid in pods
+    )
+    return desired_statuses(book, source, queues)
 
 
 class StatusWriter:

@@ -17,7 +17,8 @@ import msgspec
 from gpupool.kube import allocation
 from gpupool.kube.api import KubeAPI
 from gpupool.kube.informer import ADDED, DELETED
-from gpupool.kube.live import LiveConfig, LiveScheduler, _ordering_wait
+from gpupool.kube.live import LiveConfig, LiveScheduler
+from gpupool.kube.policy_cycle import ordering_wait
 from gpupool.kube.records import PolicyObjectRecord
 
 from .builders import SIGNER, annotated, node, pod
@@ -126,7 +127,7 @@ async def test_preemption_evicts_nominates_and_binds_the_preemptor_once_the_vict
     ((path, body),) = recorder.posted("/eviction")
     assert path == "/api/v1/namespaces/default/pods/low/eviction"
     assert body["deleteOptions"]["preconditions"]["uid"] == "uid-low"
-    assert scheduler.nominated == {"uid-high": "n0"}
+    assert scheduler.preemptions.nominated == {"uid-high": "n0"}
     reports = _reports(scheduler)
     assert any(b.get("status") == {"nominatedNodeName": "n0"} for _, _, b, _ in reports)
     notes = {b["regarding"]["name"]: b["note"] for m, _, b, _ in reports if m == "POST"}
@@ -157,7 +158,7 @@ async def test_preemption_evicts_nominates_and_binds_the_preemptor_once_the_vict
     await _settle(scheduler)
     ((path, _),) = recorder.posted("/binding")
     assert path == "/api/v1/namespaces/default/pods/high/binding"
-    assert scheduler.nominated == {}
+    assert scheduler.preemptions.nominated == {}
     assert scheduler.stats.preemptions == 1
 
 
@@ -173,7 +174,7 @@ async def test_a_budget_refusing_the_eviction_becomes_the_preemptors_reason() ->
     try:
         await scheduler.cycle()
         await _settle(scheduler)
-        assert "disruption budget" in scheduler.evictor.blocked_reason("uid-high")
+        assert "disruption budget" in scheduler.preemptions.evictor.blocked_reason("uid-high")
         _reports(scheduler)
         await scheduler.cycle()  # the refusal woke the loop; the nominated pod is decided again
         reason = _reasons(_reports(scheduler))["high"]
@@ -181,15 +182,15 @@ async def test_a_budget_refusing_the_eviction_becomes_the_preemptors_reason() ->
         assert not recorder.posted("/binding")
         assert all(method != "DELETE" for method, _, _ in recorder.requests)
     finally:
-        scheduler.evictor.cancel_all()
+        scheduler.preemptions.evictor.cancel_all()
 
 
 def test_only_waits_behind_other_pods_are_retried_at_once() -> None:
-    assert _ordering_wait("waiting behind big in pool default")
-    assert _ordering_wait("no room in pool default for a pod of this size this cycle")
-    assert _ordering_wait("backfill: would delay big, reserved on node n0 from t=5s")
-    assert not _ordering_wait("queue q: ceiling 1 GPU units reached in pool x")
-    assert not _ordering_wait("0/3 nodes are available: 3 Insufficient gpupool.io/gpu.")
+    assert ordering_wait("waiting behind big in pool default")
+    assert ordering_wait("no room in pool default for a pod of this size this cycle")
+    assert ordering_wait("backfill: would delay big, reserved on node n0 from t=5s")
+    assert not ordering_wait("queue q: ceiling 1 GPU units reached in pool x")
+    assert not ordering_wait("0/3 nodes are available: 3 Insufficient gpupool.io/gpu.")
 
 
 async def test_status_reports_a_node_two_pools_select_and_a_queue_left_out() -> None:
@@ -233,12 +234,12 @@ async def test_a_nomination_is_given_up_when_its_victims_are_gone_and_the_room_w
     scheduler._on_pod(ADDED, pod("high", gpus=1, priority=100))
     await scheduler.cycle()
     await _settle(scheduler)
-    assert scheduler.nominated == {"uid-high": "n0"}
+    assert scheduler.preemptions.nominated == {"uid-high": "n0"}
     # the victim goes, but another scheduler's pod takes the GPU first
     scheduler._on_pod(DELETED, low)
     scheduler.state.sync()  # the release is seen before the other pod (no cycle in between)
     scheduler._on_pod(ADDED, pod("other", gpus=1, node="n0", scheduler="default-scheduler"))
     await scheduler.cycle()
     await _settle(scheduler)
-    assert scheduler.nominated == {}
+    assert scheduler.preemptions.nominated == {}
     assert not recorder.posted("/binding")
