@@ -119,6 +119,7 @@ def main() -> None:
         for flags in VARIANTS.values()
         for seed in seeds
     ]
+    started_at = provenance()  # the code that runs, not what the tree holds when it ends
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         runs = []
         for run in pool.map(_run, jobs):
@@ -149,7 +150,7 @@ def main() -> None:
         "variants": VARIANTS,
         "cells": cells,
         "runs": runs,
-        "provenance": provenance(),
+        "provenance": started_at,
         "machine": machine_description(),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)

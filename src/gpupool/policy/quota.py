@@ -51,7 +51,8 @@ class QueueTables:
         max_pods: Most running pods per queue (:data:`NO_LIMIT` when absent).
         reclaimable: Whether borrowed capacity may be reclaimed from the queue.
         min_runtime: Seconds a pod of the queue runs before it may be preempted.
-        limited: Whether any queue has a guarantee, a ceiling below its pool or a pod limit.
+        limited: Whether any queue has a guarantee, a ceiling or a pod limit (if none has,
+            quota can hold nothing and admission is skipped).
     """
 
     queues: tuple[QueueSpec, ...]
@@ -99,9 +100,7 @@ class QueueTables:
             reclaimable=np.array([q.reclaimable for q in every], dtype=np.bool_),
             min_runtime=np.array([q.min_runtime_before_preemption for q in every]),
             limited=bool(
-                guaranteed.any()
-                or (ceiling < layout.capacity[None, :]).any()
-                or (max_pods < NO_LIMIT).any()
+                guaranteed.any() or (ceiling < NO_LIMIT).any() or (max_pods < NO_LIMIT).any()
             ),
         )
 

@@ -233,7 +233,7 @@ class _Cycle:
         self.snapshot = request.snapshot
         self.layout = engine.policy.layout
         self.tables = engine.policy.tables
-        self.ledger: Ledger = request.ledger.copy()
+        self.ledger: Ledger = request.ledger  # copied on the first in-cycle bind
         self.runtimes = request.runtimes or RuntimeEstimator()
         self.pending_names = {workload.name for workload in request.pending}
         self.nominations = {
@@ -247,6 +247,7 @@ class _Cycle:
         self.preemptions_left = engine.options.max_preemptions
         self.searched: set[tuple[int, int]] = set()
         self.bound: list[str] = []
+        self.last = False
         self._populated = int(np.count_nonzero(self.layout.node_count))
 
     def run(self) -> CycleResult:
@@ -264,7 +265,8 @@ class _Cycle:
         decisions: list[EngineDecision] = []
         pools = range(len(self.layout.pools))
         try:
-            for workload, queue in ordered:
+            for index, (workload, queue) in enumerate(ordered):
+                self.last = index == len(ordered) - 1
                 if (
                     self.blocked
                     and all(self._closed(p) for p in pools if p in self.blocked)
@@ -331,7 +333,11 @@ class _Cycle:
         if not self.layout.node_count[pool]:
             return self.layout.empty_reason(pool)
         units = self.engine.policy.pending_units(pod, pool)
-        held = hold_reason(self.tables, self.layout, self.ledger, queue, pool, units)
+        held = (
+            hold_reason(self.tables, self.layout, self.ledger, queue, pool, units)
+            if self.tables.limited
+            else ""
+        )
         if held:
             return self._preempt_for_quota(workload, queue, pool, units) or held
         head = self.blocked.get(pool)
@@ -375,9 +381,12 @@ class _Cycle:
         units = milli_units(workload.pod, self.snapshot.nodes[bind.node].gpu_memory_mib)
         runtime = self.runtimes.estimate(workload, self.tables.queues[queue].name)
         admit = Admit(workload, queue, pool, units, bind, backfilled, now + runtime)
-        self.snapshot.bind(workload.pod, bind.node, bind.gpus)
-        self.bound.append(workload.name)
-        self.ledger.add(admit.running(now))
+        if not self.last:  # later pods must see it; the last pod's bind would only be undone
+            self.snapshot.bind(workload.pod, bind.node, bind.gpus)
+            self.bound.append(workload.name)
+            if self.ledger is self.request.ledger:
+                self.ledger = self.ledger.copy()
+            self.ledger.add(admit.running(now))
         self.nominations.pop(workload.name, None)
         return admit
 
