@@ -193,6 +193,8 @@ class LiveScheduler:
         self.reports.event(pod, "Warning", reason, message)
 
     def _on_pod(self, kind: str, pod: PodRecord) -> None:
+        if pod.status.phase == "Succeeded":
+            self.book.completed(pod.metadata.uid, time.time())
         self.state.on_pod(kind, pod)
         uid = pod.metadata.uid
         gone = uid not in self.state.pods

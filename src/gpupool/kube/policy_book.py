@@ -153,6 +153,20 @@ class PolicyBook:
         self._workloads.pop(uid, None)
         self.admitted.pop(uid, None)
 
+    def completed(self, uid: str, now: float) -> None:
+        """A running pod succeeded at ``now``: learn its runtime (for backfill estimates).
+
+        Only success teaches: a failed or deleted pod says nothing about how long such work
+        takes.
+        """
+        running, policy = self.running.get(uid), self.policy
+        if running is None or policy is None:
+            return
+        queue = policy.tables.queues[running.queue].name
+        self.runtimes.observe_completion(
+            running.workload, queue, max(0.0, now - running.started_at)
+        )
+
     def update(
         self,
         uids: Iterable[str],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import httpx2
@@ -18,8 +19,10 @@ from gpupool.kube import allocation
 from gpupool.kube.api import KubeAPI
 from gpupool.kube.informer import ADDED, DELETED
 from gpupool.kube.live import LiveConfig, LiveScheduler
+from gpupool.kube.policy_book import epoch_seconds
 from gpupool.kube.policy_cycle import ordering_wait
 from gpupool.kube.records import PolicyObjectRecord
+from gpupool.policy.runtime import DEFAULT_RUNTIME
 
 from .builders import SIGNER, annotated, node, pod
 
@@ -243,3 +246,31 @@ async def test_a_nomination_is_given_up_when_its_victims_are_gone_and_the_room_w
     await _settle(scheduler)
     assert scheduler.preemptions.nominated == {}
     assert not recorder.posted("/binding")
+
+
+async def test_a_pod_that_succeeds_teaches_its_queue_a_runtime() -> None:
+    scheduler = _scheduler(Recorder())
+    scheduler._on_node(ADDED, node("n0", gpus=1))
+    bound = pod("job", gpus=1, node="n0", annotations=annotated("n0", (0,), uid="uid-job"))
+    scheduler._on_pod(ADDED, bound)
+    await scheduler.cycle()
+    assert "uid-job" in scheduler.book.running
+    probe = scheduler.book.running["uid-job"].workload
+    before = scheduler.book.runtimes.estimate(probe, "default")
+    done = pod(
+        "job",
+        gpus=1,
+        node="n0",
+        phase="Succeeded",
+        resource_version="2",
+        annotations=annotated("n0", (0,), uid="uid-job"),
+    )
+    scheduler._on_pod(ADDED, done)
+    after = scheduler.book.runtimes.estimate(probe, "default")
+    # it ran from its creation (the record names no time) until now
+    ran = time.time() - epoch_seconds("2025-01-01T00:00:00Z")
+    assert before == DEFAULT_RUNTIME
+    assert abs(after - ran) < 60
+    await scheduler.cycle()
+    assert "uid-job" not in scheduler.book.running
+    assert scheduler.book.ledger.used.sum() == 0
