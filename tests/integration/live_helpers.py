@@ -260,3 +260,48 @@ async def collection_path(api: KubeAPI, manifest: dict[str, Any]) -> str:
     if resource["namespaced"]:
         return f"{prefix}/namespaces/{manifest['metadata']['namespace']}/{resource['name']}"
     return f"{prefix}/{resource['name']}"
+
+
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+"""What ``kubectl get`` asks for: the server computes the printer columns."""
+
+
+async def printer_columns(api: KubeAPI, path: str) -> dict[str, dict[str, Any]]:
+    """``kubectl get``'s table for a collection: per object name, column name to cell."""
+    response = await api.http.get(path, headers={"Accept": TABLE})
+    response.raise_for_status()
+    table = response.json()
+    names = [column["name"] for column in table["columnDefinitions"]]
+    return {
+        row["object"]["metadata"]["name"]: dict(zip(names, row["cells"], strict=True))
+        for row in table["rows"]
+    }
+
+
+async def events_about(api: KubeAPI, namespace: str, name: str) -> list[Json]:
+    """``events.k8s.io`` Events whose ``regarding`` is the pod ``namespace/name``."""
+    events = await api.list_items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+    return [e for e in events if e.get("regarding", {}).get("name") == name]
+
+
+async def create_priority_class(api: KubeAPI, name: str, value: int) -> None:
+    await api.create(
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        },
+    )
+
+
+async def create_mig_node(api: KubeAPI, name: str, labels: dict[str, str], slices: Json) -> None:
+    """A fake node whose allocatable offers MIG slices (``{"1g.10gb": 7}``) on one GPU."""
+    manifest = FakeGpuNode(
+        name, gpus=1, gpu_model="A100", gpu_memory_mib=81920, labels=tuple(labels.items())
+    ).manifest()
+    for profile, count in slices.items():
+        for part in ("allocatable", "capacity"):
+            manifest["status"][part][f"gpupool.io/mig-{profile}"] = str(count)
+    await api.create("/api/v1/nodes", manifest)

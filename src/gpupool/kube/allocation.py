@@ -42,6 +42,8 @@ class AllocationRecord(msgspec.Struct, frozen=True, rename="camel", forbid_unkno
         mig_profile: The MIG profile for a MIG slice.
         scheduler: Identity of the scheduler replica that decided.
         time: When it was decided (RFC 3339, UTC).
+        pool: The GPUPool it was admitted to (``default``: nodes no pool selects).
+        queue: The GPUQueue it was charged to.
         sig: The scheduler's signature over the pod's uid and the other fields
             (:mod:`gpupool.kube.signing`); empty on records the scheduler did not make.
     """
@@ -52,6 +54,8 @@ class AllocationRecord(msgspec.Struct, frozen=True, rename="camel", forbid_unkno
     mig_profile: str = ""
     scheduler: str = ""
     time: str = ""
+    pool: str = ""
+    queue: str = ""
     sig: str = ""
 
 
@@ -60,7 +64,13 @@ class AllocationFormatError(ValueError):
 
 
 def from_decision(
-    decision: Bind, uuids: tuple[str, ...], scheduler: str, time: str
+    decision: Bind,
+    uuids: tuple[str, ...],
+    scheduler: str,
+    time: str,
+    *,
+    pool: str = "",
+    queue: str = "",
 ) -> AllocationRecord:
     """The record for a bind decision; ``uuids`` are the node's GPU UUIDs by index."""
     pod = decision.pod
@@ -80,6 +90,8 @@ def from_decision(
         mig_profile=pod.mig_profile,
         scheduler=scheduler,
         time=time,
+        pool=pool,
+        queue=queue,
     )
 
 

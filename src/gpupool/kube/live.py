@@ -1,12 +1,25 @@
 """The live scheduling loop: the pure core deciding, Kubernetes carrying the decisions out.
 
-One cycle: bring the cache up to date from the informers (:class:`ClusterState`), take the pods
-the scheduling queue says are ready (:class:`SchedulingQueue`: priority, then age), and for each
-run the same :class:`~gpupool.core.framework.Scheduler` the simulator runs. A bind decision is
-*assumed* at once (its GPUs are held) and sent as a Binding in the background, up to
-``bind_concurrency`` at a time, so API round trips overlap with the next decisions. A pod that
-cannot be placed stays pending with the specific reason as a ``PodScheduled=False`` condition
-and a ``FailedScheduling`` Event, written only when the reason changes.
+One cycle: bring the cache up to date from the informers (:class:`ClusterState`) and the policy's
+inputs with it (:class:`~gpupool.kube.policy_book.PolicyBook`: pools and queues from the GPUPool
+and GPUQueue objects, running pods, the ledger), take the pods the scheduling queue says are
+ready (:class:`SchedulingQueue`), plus the pods that hold a nomination or a backfill reservation
+(so that neither is lost while they back off), and run the
+:class:`~gpupool.scheduling.engine.PolicyEngine` the simulator runs over them. Its decisions:
+
+* ``Admit``: *assumed* at once (its GPUs are held, its queue charged) and sent as a Binding in
+  the background, up to ``bind_concurrency`` at a time, with the pool and queue in the signed
+  allocation record;
+* ``Wait``: the pod stays pending with the engine's reason (a quota's: ``queue research:
+  ceiling 12 GPU units reached in pool a100-shared``, or kube-scheduler's capacity sentence) as
+  a ``PodScheduled=False`` condition and a ``FailedScheduling`` Event, written only when the
+  reason changes;
+* ``Preempt``: the pod is nominated to the node (``status.nominatedNodeName``, and no other pod
+  of at most its priority is placed there meanwhile) and its victims are evicted through the
+  Eviction API (:mod:`gpupool.kube.evictions`), honouring PodDisruptionBudgets.
+
+With no GPUPool or GPUQueue objects there is one implicit pool and one default queue, and the
+engine places pods exactly as the placement policy alone would.
 
 Failure is contained to the pod it concerns:
 
@@ -32,29 +45,37 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpupool.core.decisions import Bind, Decision
-from gpupool.core.framework import Scheduler
+from gpupool.core.decisions import Bind
+from gpupool.core.snapshot import AllocationError, ClusterSnapshot
 from gpupool.kube import allocation
-from gpupool.kube.api import ApiError, KubeAPI
+from gpupool.kube.api import KubeAPI
+from gpupool.kube.evictions import Eviction, Evictor
 from gpupool.kube.informer import Informer
 from gpupool.kube.observe import SchedulingMetrics
+from gpupool.kube.policy_book import PolicyBook
+from gpupool.kube.policy_cycle import PodCheckedScheduler, ordering_wait
+from gpupool.kube.policy_source import PolicySource
+from gpupool.kube.policy_status import Status, StatusWriter, live_statuses
+from gpupool.kube.preempting import Preemptions
 from gpupool.kube.queue import SchedulingQueue
 from gpupool.kube.records import NodeRecord, PodRecord
 from gpupool.kube.signing import RecordSigner
 from gpupool.kube.state import ClusterState
 from gpupool.kube.translate import InvalidObjectError
 from gpupool.kube.vocabulary import ANNOTATION_ALLOCATION, SCHEDULER_NAME
-from gpupool.kube.writes import BindOutcome, BindResult, PodReporter, bind, now_rfc3339
+from gpupool.kube.writes import BindOutcome, BindResult, PodReporter, bind, find_out, now_rfc3339
+from gpupool.policy.backfill import Reservation
+from gpupool.policy.workload import Workload
+from gpupool.scheduling.engine import Admit, CycleRequest, CycleResult, PolicyEngine, Preempt
 from gpupool.scheduling.registry import PolicyContext, build_policy
 
 log = logging.getLogger(__name__)
 
-YIELD_EVERY = 0.02
-"""Seconds of deciding after which a cycle lets the event loop run other tasks."""
 CYCLE_ERROR_PAUSE = 1.0
 """Seconds to wait after a cycle failed as a whole before the next one."""
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
@@ -108,6 +129,7 @@ class LiveStats:
         bind_unknown: Bindings whose outcome had to be looked up.
         invalid_pods: Attempts on pods whose request cannot be read.
         cycle_errors: Cycles that failed as a whole (and were retried).
+        preemptions: Preemption decisions carried out (each with one or more victims).
     """
 
     cycles: int = 0
@@ -115,6 +137,7 @@ class LiveStats:
     bind_unknown: int = 0
     invalid_pods: int = 0
     cycle_errors: int = 0
+    preemptions: int = 0
 
 
 def _pod_order(pod: PodRecord) -> tuple[int, str, str, str]:
@@ -143,15 +166,24 @@ class LiveScheduler:
 
     def __post_init__(self) -> None:
         self.reports = PodReporter(self.api, self.config.identity)
-        self.state = ClusterState(self.config.scheduler_name, signer=self.signer, warn=self._warn)
+        self.book = PolicyBook(self.config.scheduler_name)
+        self.state = ClusterState(
+            self.config.scheduler_name, signer=self.signer, warn=self._warn, prepare=self._prepare
+        )
         self.queue = SchedulingQueue()
         self.wake = asyncio.Event()
         self.pods = Informer(
             self.api, "/api/v1/pods", PodRecord, self._on_pod, field_selector=UNFINISHED_PODS
         )
         self.nodes = Informer(self.api, "/api/v1/nodes", NodeRecord, self._on_node)
+        self.policies = PolicySource(self.api, self._on_policy)
+        evictor = Evictor(self.api, self.reports, self._still_evicting, self.wake.set)
+        self.preemptions = Preemptions(evictor, self.reports)
+        self.status = StatusWriter(self.api)
         context = PolicyContext(rng=np.random.default_rng(self.config.seed), trace_pods=())
-        self.scheduler = Scheduler(build_policy(self.config.policy, context))
+        self.placement = PodCheckedScheduler(build_policy(self.config.policy, context))
+        self.engine: PolicyEngine | None = None
+        self._reservations: dict[int, Reservation] = {}
         self._seen: set[str] = set()  # pods shown to the policy (online learning)
         self._gate = asyncio.Semaphore(self.config.bind_concurrency)
         self._binds: set[asyncio.Task[None]] = set()
@@ -161,11 +193,37 @@ class LiveScheduler:
         self.reports.event(pod, "Warning", reason, message)
 
     def _on_pod(self, kind: str, pod: PodRecord) -> None:
+        if pod.status.phase == "Succeeded":
+            self.book.completed(pod.metadata.uid, time.time())
         self.state.on_pod(kind, pod)
-        if pod.metadata.uid not in self.state.pods:  # gone: per-pod bookkeeping goes too
-            self._seen.discard(pod.metadata.uid)
+        uid = pod.metadata.uid
+        gone = uid not in self.state.pods
+        if gone:  # per-pod bookkeeping goes too
+            self._seen.discard(uid)
+            self.book.forget(uid)
+        self.preemptions.on_pod(pod, gone=gone)
         if self.leading:
             self.wake.set()
+
+    def _on_policy(self) -> None:
+        self.state.invalidate()  # pools decide node membership and sharing: rebuild
+        if self.leading:
+            self.wake.set()
+
+    def _prepare(self, snapshot: ClusterSnapshot) -> None:
+        """A fresh snapshot: compile the pools and queues for its nodes."""
+        policy = self.book.compile(self.policies.config, snapshot)
+        self.engine = PolicyEngine(self.placement, policy)
+        self._reservations = {}  # pool indices may have moved
+
+    def _still_evicting(self, eviction: Eviction) -> bool:
+        victim = self.state.pods.get(eviction.victim.metadata.uid)
+        return (
+            self.leading
+            and victim is not None
+            and victim.metadata.deletion_timestamp is None
+            and eviction.preemptor.metadata.uid in self.state.pending
+        )
 
     def _on_node(self, kind: str, node: NodeRecord) -> None:
         self.state.on_node(kind, node)
@@ -174,20 +232,25 @@ class LiveScheduler:
 
     @property
     def synced(self) -> bool:
-        """Whether both informers have completed their first list."""
-        return self.pods.synced.is_set() and self.nodes.synced.is_set()
+        """Whether every informer has completed its first list."""
+        return self.pods.synced.is_set() and self.nodes.synced.is_set() and self.policies.synced
 
     async def run_informers(self) -> None:
         """Keep the caches current (every replica, leader or not) and write Events."""
-        await asyncio.gather(self.pods.run(), self.nodes.run(), self.reports.run())
+        await asyncio.gather(
+            self.pods.run(), self.nodes.run(), self.policies.run(), self.reports.run()
+        )
 
     async def lead(self) -> None:
         """Schedule until cancelled; called when this replica becomes leader."""
-        await asyncio.gather(self.nodes.resync(), self.pods.resync())
+        await self.policies.wait_synced()  # never admit against quotas not read yet
+        await asyncio.gather(self.nodes.resync(), self.pods.resync(), self.policies.resync())
         self.state.restart()
         self.queue = SchedulingQueue()
+        self.preemptions.clear()
         self.leading = True
         self.wake.set()
+        status = asyncio.create_task(self.status.run(self.desired_status))
         try:
             while True:
                 delay = self.queue.next_ready(time.monotonic())
@@ -206,6 +269,8 @@ class LiveScheduler:
                     self.wake.set()
         finally:
             self.leading = False
+            status.cancel()
+            self.preemptions.evictor.cancel_all()
             for task in list(self._binds):
                 task.cancel()
             self.state.deactivate()
@@ -219,33 +284,49 @@ class LiveScheduler:
             self.queue.update(changed, state.pending, time.monotonic())
 
     async def cycle(self) -> None:
-        """One pass over the pods that are ready to be tried."""
+        """One engine pass over the pods that are ready to be tried."""
         self.stats.cycles += 1
         state = self.state
         self._sync()
-        if state.snapshot is None:
+        snapshot, engine = state.snapshot, self.engine
+        if snapshot is None or engine is None:
             return
-        loop = asyncio.get_running_loop()
-        last_yield = loop.time()
+        changed, state.held_changes = state.held_changes, set()
+        self.book.update(changed, snapshot, state.pods, state.foreign)
         pods = state.pods
         ready = self.queue.pop_active(
             time.monotonic(),
             state.capacity_epoch,
             lambda uid: _pod_order(pods[uid]) if uid in pods else (0, "", "", uid),
         )
-        for uid in ready:
-            if loop.time() - last_yield > YIELD_EVERY:
-                # let watches, lease renewals and bind replies in; then catch up on them
-                await asyncio.sleep(0)
-                last_yield = loop.time()
-                self._sync()
+        workloads = self._workloads(dict.fromkeys([*ready, *self.preemptions.nominated]))
+        if not workloads:
+            return
+        request = self._request(snapshot, workloads)
+        started = time.perf_counter()
+        result = engine.cycle(request)
+        each = (time.perf_counter() - started) / len(workloads)
+        for _ in workloads:
+            self.metrics.latency.observe(each)
+        if await self._apply(snapshot, engine, request, result):
+            self.wake.set()  # pods deferred behind others: try them again next cycle
+            await asyncio.sleep(0)  # after letting watches and lease renewals in
+
+    def _workloads(self, uids: Iterable[str]) -> list[Workload]:
+        """The pending pods among ``uids`` as workloads, with their node checks registered."""
+        state, book = self.state, self.book
+        checks = self.placement.checks = {}
+        workloads: list[Workload] = []
+        for uid in uids:
             pod = state.pods.get(uid)
-            if pod is None or uid not in state.pending or state.snapshot is None:
-                if uid not in state.pending:
-                    self.queue.discard(uid)
-                continue  # changed while we awaited
+            if pod is None or uid not in state.pending:
+                self.queue.discard(uid)
+                continue
             try:
-                decision = self._decide(pod)
+                if self._raise_label and self._raise_label in pod.metadata.labels:
+                    raise RuntimeError(f"failpoint: label {self._raise_label} on {pod.key}")
+                workload = book.workload(pod, state.spec_of(pod))
+                checks[uid] = state.node_checks(pod)
             except InvalidObjectError as error:
                 self.stats.invalid_pods += 1
                 self._failed(pod, f"invalid request: {error}", "unschedulable")
@@ -254,33 +335,82 @@ class LiveScheduler:
                 log.exception("scheduling %s failed", pod.key)
                 self._failed(pod, f"scheduling error: {type(error).__name__}: {error}", "error")
                 continue
-            if not isinstance(decision, Bind):
-                self._unschedulable(pod, decision.message)
+            if uid not in self._seen:
+                self.placement.observe(workload.pod)
+                self._seen.add(uid)
+            workloads.append(workload)
+        return workloads
+
+    def _request(self, snapshot: ClusterSnapshot, workloads: list[Workload]) -> CycleRequest:
+        book, preemptions = self.book, self.preemptions
+        return CycleRequest(
+            snapshot=snapshot,
+            pending=workloads,
+            running=preemptions.candidates(book.running),
+            ledger=book.ledger,
+            now=time.time(),
+            nominations=preemptions.rows(snapshot.node_index),
+            runtimes=book.runtimes,
+            reservations=self._reservations,
+        )
+
+    async def _apply(
+        self,
+        snapshot: ClusterSnapshot,
+        engine: PolicyEngine,
+        request: CycleRequest,
+        result: CycleResult,
+    ) -> bool:
+        """Carry out one cycle's decisions: assume every admit first, then send the binds.
+
+        Returns whether pods were deferred (see :func:`_ordering_wait`).
+        """
+        state = self.state
+        self._reservations = result.reservations
+        preemptions = self.preemptions
+        preemptions.carry(result.nominations, snapshot.node_names)
+        layout, tables = engine.policy.layout, engine.policy.tables
+        admitted: list[tuple[PodRecord, Bind, str, str]] = []
+        deferred = False
+        for decision in result.decisions:
+            uid = decision.workload.name
+            pod = state.pods.get(uid)
+            if pod is None:
                 continue
+            if isinstance(decision, Admit):
+                try:
+                    state.assume(decision.bind)
+                except AllocationError as error:
+                    self._failed(pod, f"scheduling error: {error}", "error")
+                    continue
+                self.book.admitted[uid] = (request.now, decision.expected_end)
+                pool, queue = layout.pools[decision.pool].name, tables.queues[decision.queue].name
+                admitted.append((pod, decision.bind, pool, queue))
+            elif isinstance(decision, Preempt):
+                checks = self.placement.checks.get(uid, ())
+                started, reason = preemptions.start(pod, decision, state.pods, checks)
+                self.stats.preemptions += started
+                self._unschedulable(pod, reason)
+            elif decision.reject is None and ordering_wait(decision.reason):
+                self.queue.retry_now(uid)
+                deferred = True
+            else:
+                self._unschedulable(
+                    pod, preemptions.waiting_reason(uid, decision.reason, state.pods)
+                )
+        for pod, decision_bind, pool, queue in admitted:
+            uid = pod.metadata.uid
             self.metrics.attempt("scheduled")
-            state.assume(decision)
             self.queue.in_flight(uid)
             await self._gate.acquire()
-            task = asyncio.create_task(self._bind(pod, decision))
+            task = asyncio.create_task(self._bind(pod, decision_bind, pool, queue))
             self._binds.add(task)
             task.add_done_callback(self._binds.discard)
-            # the loop may have rebuilt the snapshot while we waited; pick that up
-            self._sync()
+        return deferred
 
-    def _decide(self, pod: PodRecord) -> Decision:
-        state = self.state
-        assert state.snapshot is not None
-        if self._raise_label and self._raise_label in pod.metadata.labels:
-            raise RuntimeError(f"failpoint: label {self._raise_label} on {pod.key}")
-        spec = state.spec_of(pod)
-        uid = pod.metadata.uid
-        started = time.perf_counter()
-        decision = self.scheduler.schedule(
-            state.snapshot, spec, state.node_checks(pod), retry=uid in self._seen
-        )
-        self.metrics.latency.observe(time.perf_counter() - started)
-        self._seen.add(uid)
-        return decision
+    def desired_status(self) -> dict[str, Status]:
+        """GPUPool and GPUQueue status from the ledger (nothing when no such object exists)."""
+        return live_statuses(self.book, self.policies, self.state.pods, self.state.pending)
 
     def _unschedulable(self, pod: PodRecord, message: str) -> None:
         self.metrics.attempt("unschedulable")
@@ -306,7 +436,7 @@ class LiveScheduler:
         self.reports.event(pod, "Warning", "FailedScheduling", message)
         self.reports.unschedulable(pod, message)
 
-    async def _bind(self, pod: PodRecord, decision: Bind) -> None:
+    async def _bind(self, pod: PodRecord, decision: Bind, pool: str, queue: str) -> None:
         uid = pod.metadata.uid
         try:
             record = allocation.from_decision(
@@ -314,6 +444,8 @@ class LiveScheduler:
                 self.state.uuids.get(decision.node_name, ()),
                 self.config.identity,
                 now_rfc3339(),
+                pool=pool,
+                queue=queue,
             )
             if self.signer is not None:
                 record = self.signer.sign(record, uid)
@@ -325,7 +457,7 @@ class LiveScheduler:
             )
             if result.outcome is BindOutcome.UNKNOWN:
                 self.stats.bind_unknown += 1
-                result = await self._find_out(pod, result)
+                result = await find_out(self.api, pod, result)
             self._settle(pod, decision, result)
         finally:
             self._gate.release()
@@ -354,25 +486,3 @@ class LiveScheduler:
         else:  # conflict or gone: the watch tells what happened; retry after a backoff
             self.queue.failed(uid, time.monotonic(), f"binding {result.reason}")
         self.wake.set()
-
-    async def _find_out(self, pod: PodRecord, first: BindResult) -> BindResult:
-        """After an ambiguous bind failure: is the pod bound? Keep the GPUs held until known."""
-        path = f"/api/v1/namespaces/{pod.metadata.namespace}/pods/{pod.metadata.name}"
-        delay = 0.5
-        while True:
-            try:
-                current = await self.api.get(path)
-            except ApiError as error:
-                if error.status == 404:
-                    return BindResult(BindOutcome.GONE, "gone", error.message)
-            except Exception as error:  # keep the assumption; ask again
-                log.warning("checking bind of %s: %s", pod.key, error)
-            else:
-                if current["metadata"]["uid"] != pod.metadata.uid:
-                    return BindResult(BindOutcome.GONE, "gone", "the pod was replaced")
-                if current["spec"].get("nodeName"):
-                    return BindResult(BindOutcome.BOUND)
-                # not bound: the failure was real; retry after a backoff
-                return BindResult(BindOutcome.CONFLICT, first.reason, first.message)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)

@@ -38,11 +38,14 @@ PENDING_REASONS = (
     "insufficient_resources",
     "node_constraints",
     "invalid_request",
+    "quota",
+    "preempting",
     "other",
 )
 """Why a pod waits, as a bounded label: not decided yet; not enough free GPU/CPU/memory on any
 node that would take it; no node passes its selector, affinity, taints or readiness; the pod's
-request cannot be read; anything else."""
+request cannot be read; a queue's quota holds it (ceiling, maxConcurrentPods); it waits for the
+pods it preempts to go; anything else."""
 
 
 def pending_reason(message: str) -> str:
@@ -51,6 +54,10 @@ def pending_reason(message: str) -> str:
         return "not_tried"
     if message.startswith("invalid request"):
         return "invalid_request"
+    if message.startswith("queue "):
+        return "quota"
+    if message.startswith(("nominated to node ", "waiting for eviction of ")):
+        return "preempting"
     if "Insufficient" in message:
         return "insufficient_resources"
     if "nodes are available" in message:

@@ -162,6 +162,12 @@ class SchedulingQueue:
         entry.reason = reason
         return changed
 
+    def retry_now(self, uid: str) -> None:
+        """The pod got no verdict of its own (it waited behind others): active, no attempt."""
+        entry = self.entries.get(uid)
+        if entry is not None:
+            entry.where = Where.ACTIVE
+
     def in_flight(self, uid: str) -> None:
         """The pod was assumed and its Binding sent."""
         entry = self.entries.get(uid)

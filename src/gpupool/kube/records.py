@@ -8,7 +8,7 @@ fields are skipped by the decoder, so new API versions do not break us.
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -24,6 +24,7 @@ class ObjectMeta(msgspec.Struct, frozen=True, rename="camel"):
     annotations: dict[str, str] = {}
     deletion_timestamp: str | None = None
     creation_timestamp: str | None = None
+    generation: int = 0
 
 
 class KubeObject(msgspec.Struct, frozen=True):
@@ -170,6 +171,21 @@ class NodeRecord(KubeObject, frozen=True):
     def ready(self) -> bool:
         """Whether the node reports Ready=True."""
         return any(c.type == "Ready" and c.status == "True" for c in self.status.conditions)
+
+
+class PolicyObjectRecord(KubeObject, frozen=True):
+    """A GPUPool or GPUQueue: its spec kept as the API server's JSON.
+
+    The spec is parsed by :mod:`gpupool.policy.config`, the same code that reads a simulator's
+    file, so a field means the same thing in both places and an error names the same path.
+    """
+
+    spec: dict[str, Any] = {}
+
+    @property
+    def key(self) -> str:
+        """The object's name (both kinds are cluster-scoped)."""
+        return self.metadata.name
 
 
 Record = TypeVar("Record", bound=KubeObject)

@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 
 Warn = Callable[[PodRecord, str, str], None]
 """Called as ``warn(pod, reason, message)`` for a Warning Event about a pod."""
+Prepare = Callable[[ClusterSnapshot], None]
+"""Called with every fresh snapshot before anything is bound on it (pools' sharing limits)."""
 
 
 def _signature(node: NodeRecord) -> tuple[object, ...]:
@@ -70,6 +72,10 @@ def _signature(node: NodeRecord) -> tuple[object, ...]:
 
 def _no_warning(pod: PodRecord, reason: str, message: str) -> None:
     """The default :data:`Warn`: nothing to report to."""
+
+
+def _no_preparation(snapshot: ClusterSnapshot) -> None:
+    """The default :data:`Prepare`: nothing to configure."""
 
 
 @dataclass
@@ -98,11 +104,13 @@ class ClusterState:
         scheduler_name: ``spec.schedulerName`` of the pods this scheduler places.
         signer: Verifies that a record is the scheduler's own (None: trust no record).
         warn: Where Warning Events about pods go.
+        prepare: Configures each fresh snapshot before pods are held on it.
     """
 
     scheduler_name: str
     signer: RecordSigner | None = None
     warn: Warn = _no_warning
+    prepare: Prepare = _no_preparation
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     pods: dict[str, PodRecord] = field(default_factory=dict)
     snapshot: ClusterSnapshot | None = None
@@ -111,6 +119,7 @@ class ClusterState:
     foreign: set[str] = field(default_factory=set)
     pending: set[str] = field(default_factory=set)
     pending_changes: set[str] = field(default_factory=set)
+    held_changes: set[str] = field(default_factory=set)
     capacity_epoch: int = 0
     active: bool = False
     stats: StateStats = field(default_factory=StateStats)
@@ -162,6 +171,10 @@ class ClusterState:
         for uid in dirty:
             self._reconcile(uid)
 
+    def invalidate(self) -> None:
+        """Rebuild the snapshot at the next sync (the pools or queues changed)."""
+        self._nodes_changed = True
+
     def restart(self) -> None:
         """Forget assumptions and rebuild everything from the records (a new term as leader)."""
         self.active = True
@@ -175,6 +188,7 @@ class ClusterState:
         self.snapshot = None
         self.assumed.clear()
         self.foreign.clear()
+        self.held_changes.clear()
         self.pending_changes |= self.pending
         self.pending.clear()
         self._dirty.clear()
@@ -194,6 +208,8 @@ class ClusterState:
         self.capacity_epoch += 1
         previous = self.snapshot
         self.snapshot = ClusterSnapshot(specs) if specs else None
+        if self.snapshot is not None:
+            self.prepare(self.snapshot)
         records = [self.nodes[spec.name] for spec in specs]
         self.uuids = {
             spec.name: gpu_uuids(r, spec.gpu_count) for spec, r in zip(specs, records, strict=True)
@@ -229,8 +245,10 @@ class ClusterState:
         dirty, self._dirty = self._dirty, set()
         for uid in dirty:
             self._reconcile(uid)
+        self.held_changes = set(self.snapshot.allocations) if self.snapshot else set()
 
     def _reconcile(self, uid: str) -> None:
+        self.held_changes.add(uid)
         pod = self.pods.get(uid)
         snapshot = self.snapshot
         held = snapshot.allocations.get(uid) if snapshot else None
@@ -352,6 +370,7 @@ class ClusterState:
         if found is None or snapshot is None:
             return
         spec, row = found
+        self.held_changes.add(spec.name)
         eligible = int(eligible_gpus(snapshot, spec, row).sum()) if spec.gpu_count else 0
         if eligible >= spec.gpu_count:
             try:
@@ -371,6 +390,7 @@ class ClusterState:
         self._conflict(spec.name, f"{pod.key}: held only in part on {pod.spec.node_name}")
 
     def _release(self, uid: str) -> None:
+        self.held_changes.add(uid)
         self.foreign.discard(uid)
         if self.snapshot is not None and uid in self.snapshot.allocations:
             self.snapshot.release(uid)
@@ -386,6 +406,7 @@ class ClusterState:
         """Hold a decision's resources until the bind is confirmed or fails."""
         assert self.snapshot is not None
         self.snapshot.bind(decision.pod, decision.node, decision.gpus)
+        self.held_changes.add(decision.pod.name)
         self.assumed.add(decision.pod.name)
         self._set_pending(decision.pod.name, False)
 

@@ -33,6 +33,8 @@ LABEL_CLASS = "gpupool.io/class"
 ANNOTATION_GPU_UUIDS = "gpupool.io/gpu-uuids"
 ANNOTATION_ALLOWED_MODELS = "gpupool.io/gpu-model"
 """Pod annotation: allowed GPU models separated by ``|`` (``"H100|A100"``)."""
+ANNOTATION_EXPECTED_RUNTIME = "gpupool.io/expected-runtime"
+"""Pod annotation: declared runtime (``90m``, ``2h``, or seconds), used only to order backfill."""
 ANNOTATION_ALLOCATION = "gpupool.io/allocation"
 """Pod annotation written by the scheduler only, in the binding call: the allocation record."""
 

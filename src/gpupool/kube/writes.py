@@ -19,7 +19,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from gpupool.kube.api import JSON, STRATEGIC_PATCH, ApiError, JsonObject, KubeAPI
+from gpupool.kube.api import JSON, MERGE_PATCH, STRATEGIC_PATCH, ApiError, JsonObject, KubeAPI
 from gpupool.kube.records import PodRecord
 
 log = logging.getLogger(__name__)
@@ -129,6 +129,29 @@ async def bind(api: KubeAPI, pod: PodRecord, node: str, annotations: dict[str, s
     return BindResult(BindOutcome.BOUND)
 
 
+async def find_out(api: KubeAPI, pod: PodRecord, first: BindResult) -> BindResult:
+    """After an ambiguous bind failure: is the pod bound? Keep the GPUs held until known."""
+    path = f"/api/v1/namespaces/{pod.metadata.namespace}/pods/{pod.metadata.name}"
+    delay = 0.5
+    while True:
+        try:
+            current = await api.get(path)
+        except ApiError as error:
+            if error.status == 404:
+                return BindResult(BindOutcome.GONE, "gone", error.message)
+        except Exception as error:  # keep the assumption; ask again
+            log.warning("checking bind of %s: %s", pod.key, error)
+        else:
+            if current["metadata"]["uid"] != pod.metadata.uid:
+                return BindResult(BindOutcome.GONE, "gone", "the pod was replaced")
+            if current["spec"].get("nodeName"):
+                return BindResult(BindOutcome.BOUND)
+            # not bound: the failure was real; retry after a backoff
+            return BindResult(BindOutcome.CONFLICT, first.reason, first.message)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)
+
+
 def _unschedulable_patch(message: str) -> JsonObject:
     return {
         "status": {
@@ -202,6 +225,12 @@ class PodReporter:
         meta = pod.metadata
         path = f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/status"
         self._put("PATCH", path, _unschedulable_patch(message), STRATEGIC_PATCH)
+
+    def nominate(self, pod: PodRecord, node: str) -> None:
+        """Queue ``status.nominatedNodeName`` for a preemptor, as kube-scheduler writes it."""
+        meta = pod.metadata
+        path = f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/status"
+        self._put("PATCH", path, {"status": {"nominatedNodeName": node}}, MERGE_PATCH)
 
     def _put(self, method: str, path: str, body: JsonObject, content_type: str = JSON) -> None:
         try:

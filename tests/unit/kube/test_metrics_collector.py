@@ -38,6 +38,10 @@ def test_pending_reasons_are_categories_not_messages() -> None:
     assert pending_reason("0/3 nodes are available: 3 node(s) had untolerated taint.") == (
         "node_constraints"
     )
+    assert pending_reason("queue research: ceiling 12 GPU units reached in pool a100") == "quota"
+    assert pending_reason("nominated to node n0: preempting 2 pod(s) (rule priority)") == (
+        "preempting"
+    )
     assert pending_reason("something new") == "other"
 
 

@@ -1,0 +1,299 @@
+"""Pools, queues and preemption on a real API server: the GPUPool and GPUQueue CRDs made true.
+
+Each test makes its own nodes, pools and queues (cluster-scoped objects carry the test's
+namespace in their names and selectors, so tests sharing a control plane do not meet) and runs
+``gpupool control-plane``. With kwok there is no kubelet: an evicted pod gets a
+``deletionTimestamp`` and kwok's pod-delete stage removes it, as a kubelet would once its
+containers stopped. Without kube-controller-manager no PodDisruptionBudget has its status
+computed, so the Eviction API refuses (429) every eviction a budget covers: that is how these
+tests show a budget is honoured.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpupool.kube.api import KubeAPI
+from gpupool.kube.crds import install_crds
+
+from .live_helpers import (
+    SchedulerProcesses,
+    create_mig_node,
+    create_pods,
+    create_priority_class,
+    events_about,
+    gpu_pod,
+    list_pods,
+    make_nodes,
+    pending_reason,
+    pod_allocation,
+    printer_columns,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+GROUP = "/apis/gpupool.io/v1alpha1"
+Json = dict[str, Any]
+
+
+async def _apply(api: KubeAPI, kind: str, name: str, spec: Json) -> None:
+    plural = {"GPUPool": "gpupools", "GPUQueue": "gpuqueues"}[kind]
+    await api.create(
+        f"{GROUP}/{plural}",
+        {
+            "apiVersion": "gpupool.io/v1alpha1",
+            "kind": kind,
+            "metadata": {"name": name},
+            "spec": spec,
+        },
+    )
+
+
+async def _namespace(api: KubeAPI, name: str) -> str:
+    await api.create(
+        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    return name
+
+
+def _pod(name: str, selector: dict[str, str], **kwargs: Any) -> Json:
+    """``gpu_pod`` with a class label, a priority class or a MIG slice when asked."""
+    workload_class = kwargs.pop("workload_class", "")
+    priority_class = kwargs.pop("priority_class", "")
+    mig = kwargs.pop("mig", "")
+    labels = kwargs.pop("labels", {})
+    pod = gpu_pod(name, selector=selector, **kwargs)
+    pod["metadata"]["labels"] = {**labels}
+    if workload_class:
+        pod["metadata"]["labels"]["gpupool.io/class"] = workload_class
+    if priority_class:
+        pod["spec"]["priorityClassName"] = priority_class
+    if mig:
+        pod["spec"]["containers"][0]["resources"]["limits"] = {f"gpupool.io/mig-{mig}": "1"}
+    return pod
+
+
+async def _by_name(api: KubeAPI, namespace: str) -> dict[str, Json]:
+    return {p["metadata"]["name"]: p for p in await list_pods(api, namespace)}
+
+
+async def _bound(api: KubeAPI, namespace: str, names: set[str]) -> bool:
+    pods = await _by_name(api, namespace)
+    return all(pods.get(n, {}).get("spec", {}).get("nodeName") for n in names)
+
+
+async def _reason(api: KubeAPI, namespace: str, name: str) -> str:
+    pods = await _by_name(api, namespace)
+    return pending_reason(pods[name]) if name in pods else ""
+
+
+async def test_routing_ceiling_concurrency_and_status(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    await install_crds(api)
+    ns = namespace
+    sel = {"test": ns}
+    await make_nodes(api, f"{ns}-s", 1, gpus=4, gpu_model="A100", gpu_memory_mib=40960)
+    await make_nodes(api, f"{ns}-x", 1, gpus=4, gpu_model="A100", gpu_memory_mib=40960)
+    for node, role in ((f"{ns}-s-n000", "shared"), (f"{ns}-x-n000", "exclusive")):
+        await api.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {**sel, "role": role}}})
+    shared, exclusive, queue = f"{ns}-shared", f"{ns}-excl", f"{ns}-research"
+    await _apply(
+        api, "GPUPool", shared, {"mode": "Shared", "nodeSelector": {"role": "shared", **sel}}
+    )
+    await _apply(
+        api,
+        "GPUPool",
+        exclusive,
+        {"mode": "Exclusive", "nodeSelector": {"role": "exclusive", **sel}},
+    )
+    await _apply(
+        api, "GPUQueue", queue, {"namespaces": [ns], "quotas": [{"pool": exclusive, "ceiling": 2}]}
+    )
+    limited = await _namespace(api, f"{ns}-lim")
+    await _apply(api, "GPUQueue", f"{ns}-small", {"namespaces": [limited], "maxConcurrentPods": 2})
+    pods = [
+        _pod("share", sel, gpus=1, memory_mib=10000, cores=20),
+        _pod("whole", sel, gpus=1),
+        _pod("train", sel, gpus=1, workload_class="training"),
+        _pod("cpu-training", sel, gpus=0, workload_class="training"),
+        _pod("cpu-dev", sel, gpus=0, workload_class="dev"),
+    ]
+    await create_pods(api, ns, pods)
+    schedulers.start("solo")
+    await wait_for(lambda: _bound(api, ns, {p["metadata"]["name"] for p in pods}), 60, "binds")
+    by_name = await _by_name(api, ns)
+    node_of = {name: p["spec"]["nodeName"] for name, p in by_name.items()}
+    assert node_of["share"] == f"{ns}-s-n000"
+    assert node_of["whole"] == node_of["train"] == node_of["cpu-training"] == f"{ns}-x-n000"
+    assert node_of["cpu-dev"] == f"{ns}-s-n000"
+    record = pod_allocation(by_name["whole"])
+    assert record is not None
+    assert (record["pool"], record["queue"]) == (exclusive, queue)
+
+    # the ceiling: 2 GPU units of the exclusive pool are held; a third whole GPU waits
+    await create_pods(api, ns, [_pod("held", sel, gpus=1)])
+    expected = f"queue {queue}: ceiling 2 GPU units reached in pool {exclusive}"
+
+    async def held() -> bool:
+        return await _reason(api, ns, "held") == expected
+
+    await wait_for(held, 30, "the ceiling reason")
+    events = await events_about(api, ns, "held")
+    assert any(e["reason"] == "FailedScheduling" and e["note"] == expected for e in events)
+
+    # maxConcurrentPods: two run, the third waits naming the limit
+    await create_pods(api, limited, [_pod(f"p{i}", sel, gpus=0) for i in range(3)])
+
+    async def limited_settled() -> bool:
+        pods = await list_pods(api, limited)
+        bound = [p for p in pods if p["spec"].get("nodeName")]
+        waiting = [pending_reason(p) for p in pods if not p["spec"].get("nodeName")]
+        return len(bound) == 2 and waiting == [f"queue {ns}-small: maxConcurrentPods 2 reached"]
+
+    await wait_for(limited_settled, 30, "two pods bound and one held by maxConcurrentPods")
+
+    # status, as `kubectl get gpool` / `kubectl get gq` print it
+    async def status_true() -> bool:
+        pools = await printer_columns(api, f"{GROUP}/gpupools")
+        queues = await printer_columns(api, f"{GROUP}/gpuqueues")
+        return (
+            pools.get(exclusive, {}).get("GPUs") == 4
+            and pools[exclusive].get("Allocated") == 2
+            and pools.get(shared, {}).get("Allocated") == 0.245  # 10000 of 40960 MiB
+            and queues.get(queue, {}).get("Running") == 5
+            and queues[queue].get("Pending") == 1
+        )
+
+    await wait_for(status_true, 30, "pool and queue status")
+    pool = await api.get(f"{GROUP}/gpupools/{exclusive}")
+    assert pool["status"]["nodes"] == 1
+    assert pool["status"]["pods"] == 3
+    assert pool["status"]["observedGeneration"] == pool["metadata"]["generation"]
+    conditions = {c["type"]: c["status"] for c in pool["status"]["conditions"]}
+    assert conditions == {"NodeConflict": "False", "Valid": "True"}
+
+
+async def test_preemption_waits_for_a_budget_then_evicts_and_binds_the_preemptor(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    await install_crds(api)
+    ns = namespace
+    sel = {"test": ns}
+    await make_nodes(api, ns, 1, gpus=2)
+    await _apply(api, "GPUQueue", f"{ns}-q", {"namespaces": [ns]})
+    await create_priority_class(api, f"{ns}-low", 10)
+    await create_priority_class(api, f"{ns}-high", 1000)
+    low = [
+        _pod(f"low{i}", sel, gpus=1, priority_class=f"{ns}-low", labels={"app": "victim"})
+        for i in range(2)
+    ]
+    await create_pods(api, ns, low)
+    await api.create(
+        f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep-one"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "victim"}}},
+        },
+    )
+    schedulers.start("solo")
+    await wait_for(lambda: _bound(api, ns, {"low0", "low1"}), 60, "the low-priority pods")
+    await create_pods(api, ns, [_pod("urgent", sel, gpus=2, priority_class=f"{ns}-high")])
+
+    async def blocked() -> bool:
+        return "PodDisruptionBudget" in await _reason(api, ns, "urgent")
+
+    await wait_for(blocked, 60, "the preemptor to wait for the budget")
+    by_name = await _by_name(api, ns)
+    assert all(by_name[f"low{i}"]["metadata"].get("deletionTimestamp") is None for i in range(2))
+    assert by_name["urgent"]["status"].get("nominatedNodeName") == f"{ns}-n000"
+    assert not by_name["urgent"]["spec"].get("nodeName")
+
+    await api.delete(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/keep-one")
+
+    async def preempted() -> bool:
+        pods = await _by_name(api, ns)
+        return (
+            "low0" not in pods
+            and "low1" not in pods
+            and bool(pods["urgent"]["spec"].get("nodeName"))
+        )
+
+    await wait_for(preempted, 90, "the victims evicted and the preemptor bound")
+    urgent = (await _by_name(api, ns))["urgent"]
+    assert urgent["spec"]["nodeName"] == f"{ns}-n000"
+    for victim in ("low0", "low1"):
+        notes = [
+            e["note"] for e in await events_about(api, ns, victim) if e["reason"] == "Preempted"
+        ]
+        assert notes, f"no Preempted event on {victim}"
+        assert f"{ns}/urgent" in notes[0]
+        assert "rule priority" in notes[0]
+    preempting = [e for e in await events_about(api, ns, "urgent") if e["reason"] == "Preempting"]
+    assert preempting
+    assert "rule priority" in preempting[0]["note"]
+
+
+async def test_a_queue_under_its_guarantee_reclaims_borrowed_gpus(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    await install_crds(api)
+    ns = namespace
+    sel = {"test": ns}
+    await make_nodes(api, ns, 1, gpus=4)
+    pool = f"{ns}-pool"
+    await _apply(api, "GPUPool", pool, {"mode": "Exclusive", "nodeSelector": sel})
+    owner = await _namespace(api, f"{ns}-owner")
+    await _apply(
+        api,
+        "GPUQueue",
+        f"{ns}-owner",
+        {"namespaces": [owner], "quotas": [{"pool": pool, "guaranteed": 2}]},
+    )
+    await _apply(api, "GPUQueue", f"{ns}-borrower", {"namespaces": [ns]})
+    await create_pods(api, ns, [_pod(f"b{i}", sel, gpus=1) for i in range(4)])
+    schedulers.start("solo")
+    await wait_for(lambda: _bound(api, ns, {f"b{i}" for i in range(4)}), 60, "the borrower")
+    await create_pods(api, owner, [_pod("mine", sel, gpus=2)])
+    await wait_for(lambda: _bound(api, owner, {"mine"}), 90, "the owner's pod after reclaim")
+    left = await list_pods(api, ns)
+    assert len(left) == 2  # two borrowed GPUs taken back, no more
+    record = pod_allocation((await _by_name(api, owner))["mine"])
+    assert record is not None
+    assert record["queue"] == f"{ns}-owner"
+    events = await api.list_items(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")
+    notes = [e["note"] for e in events if e["reason"] == "Preempted"]
+    assert len(notes) == 2
+    assert all(f"{owner}/mine" in note and "rule reclaim" in note for note in notes)
+
+
+async def test_mig_slices_are_placed_in_a_mig_pool(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    await install_crds(api)
+    ns = namespace
+    sel = {"test": ns}
+    await create_mig_node(api, f"{ns}-mig", sel, {"1g.10gb": 7})
+    await _apply(api, "GPUPool", f"{ns}-mig", {"mode": "MIG", "nodeSelector": sel})
+    pods = [_pod(f"m{i}", sel, gpus=0, mig="1g.10gb") for i in range(8)]
+    await create_pods(api, ns, pods)
+    schedulers.start("solo")
+
+    async def settled() -> bool:
+        pods = await list_pods(api, ns)
+        return sum(bool(p["spec"].get("nodeName")) for p in pods) == 7 and any(
+            pending_reason(p) for p in pods
+        )
+
+    await wait_for(settled, 60, "seven slices placed, the eighth pending")
+    for pod in await list_pods(api, ns):
+        if pod["spec"].get("nodeName"):
+            record = pod_allocation(pod)
+            assert record is not None
+            assert (record["kind"], record["migProfile"]) == ("mig", "1g.10gb")
+            assert record["pool"] == f"{ns}-mig"

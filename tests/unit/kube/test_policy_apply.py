@@ -1,0 +1,276 @@
+"""The live cycle applies the engine's decisions to the cache and the API: admit, wait, preempt.
+
+The API server is an in-process recorder here (the real one is in
+tests/integration/test_policy_live.py): it answers Bindings and Evictions and keeps every
+request, so each test can check exactly what the scheduler asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx2
+import msgspec
+
+from gpupool.kube import allocation
+from gpupool.kube.api import KubeAPI
+from gpupool.kube.informer import ADDED, DELETED
+from gpupool.kube.live import LiveConfig, LiveScheduler
+from gpupool.kube.policy_book import epoch_seconds
+from gpupool.kube.policy_cycle import ordering_wait
+from gpupool.kube.records import PolicyObjectRecord
+from gpupool.policy.runtime import DEFAULT_RUNTIME
+
+from .builders import SIGNER, annotated, node, pod
+
+Json = dict[str, Any]
+
+
+class Recorder:
+    """Answers like the API server; ``evictions`` is the status every eviction gets."""
+
+    def __init__(self, evictions: int = 201) -> None:
+        self.requests: list[tuple[str, str, Json]] = []
+        self.evictions = evictions
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        body = json.loads(request.content) if request.content else {}
+        self.requests.append((request.method, request.url.path, body))
+        if request.url.path.endswith("/eviction") and self.evictions == 429:
+            message = "Cannot evict pod as it would violate the pod's disruption budget."
+            return httpx2.Response(429, json={"kind": "Status", "code": 429, "message": message})
+        return httpx2.Response(201, json={})
+
+    def posted(self, suffix: str) -> list[tuple[str, Json]]:
+        return [(path, body) for method, path, body in self.requests if path.endswith(suffix)]
+
+
+def _scheduler(recorder: Recorder) -> LiveScheduler:
+    client = httpx2.AsyncClient(base_url="https://api", transport=httpx2.MockTransport(recorder))
+    scheduler = LiveScheduler(KubeAPI(client), LiveConfig(identity="test"), signer=SIGNER)
+    scheduler.state.restart()
+    scheduler.leading = True
+    return scheduler
+
+
+def _policy(scheduler: LiveScheduler, kind: str, name: str, spec: Json) -> None:
+    body = {"metadata": {"name": name, "uid": f"uid-{name}"}, "spec": spec}
+    record = msgspec.json.decode(msgspec.json.encode(body), type=PolicyObjectRecord)
+    informer = scheduler.policies.pools if kind == "GPUPool" else scheduler.policies.queues
+    informer.store[record.metadata.uid] = record
+    informer.handler(ADDED, record)
+
+
+def _reports(scheduler: LiveScheduler) -> list[tuple[str, str, Json, str]]:
+    items: list[tuple[str, str, Json, str]] = []
+    while not scheduler.reports.queue.empty():
+        items.append(scheduler.reports.queue.get_nowait())
+    return items
+
+
+def _reasons(reports: list[tuple[str, str, Json, str]]) -> dict[str, str]:
+    """Pod name to the PodScheduled=False message written for it."""
+    found = {}
+    for method, path, body, _ in reports:
+        if method == "PATCH" and "conditions" in body.get("status", {}):
+            found[path.split("/")[-2]] = body["status"]["conditions"][0]["message"]
+    return found
+
+
+async def _settle(scheduler: LiveScheduler) -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+    if scheduler._binds:
+        await asyncio.gather(*scheduler._binds)
+
+
+async def test_admit_binds_with_pool_and_queue_and_a_ceiling_holds_the_next_pod() -> None:
+    recorder = Recorder()
+    scheduler = _scheduler(recorder)
+    _policy(scheduler, "GPUPool", "x", {"mode": "Exclusive", "nodeSelector": {"pool": "x"}})
+    _policy(
+        scheduler, "GPUQueue", "q", {"namespaces": ["ml"], "quotas": [{"pool": "x", "ceiling": 1}]}
+    )
+    scheduler._on_node(ADDED, node("n0", gpus=2, labels={"pool": "x"}))
+    scheduler._on_pod(ADDED, pod("first", namespace="ml", gpus=1, created="2025-01-01T00:00:00Z"))
+    scheduler._on_pod(ADDED, pod("second", namespace="ml", gpus=1, created="2025-01-01T00:00:05Z"))
+    await scheduler.cycle()
+    await _settle(scheduler)
+
+    ((path, body),) = recorder.posted("/binding")
+    assert path == "/api/v1/namespaces/ml/pods/first/binding"
+    record = allocation.decode(body["metadata"]["annotations"]["gpupool.io/allocation"])
+    assert (record.pool, record.queue, record.node) == ("x", "q", "n0")
+    assert SIGNER.verify(record, "uid-first")  # the new fields are signed too
+    reasons = _reasons(_reports(scheduler))
+    assert reasons == {"second": "queue q: ceiling 1 GPU units reached in pool x"}
+    # the admitted pod is charged to its queue, incrementally, at the next cycle
+    await scheduler.cycle()
+    assert scheduler.book.ledger.used.sum() == 1000
+    assert set(scheduler.book.running) == {"uid-first"}
+
+
+async def test_preemption_evicts_nominates_and_binds_the_preemptor_once_the_victim_is_gone() -> (
+    None
+):
+    recorder = Recorder()
+    scheduler = _scheduler(recorder)
+    scheduler._on_node(ADDED, node("n0", gpus=1))
+    low = pod(
+        "low", gpus=1, node="n0", priority=1, annotations=annotated("n0", (0,), uid="uid-low")
+    )
+    scheduler._on_pod(ADDED, low)
+    scheduler._on_pod(ADDED, pod("high", gpus=1, priority=100))
+    await scheduler.cycle()
+    await _settle(scheduler)
+
+    ((path, body),) = recorder.posted("/eviction")
+    assert path == "/api/v1/namespaces/default/pods/low/eviction"
+    assert body["deleteOptions"]["preconditions"]["uid"] == "uid-low"
+    assert scheduler.preemptions.nominated == {"uid-high": "n0"}
+    reports = _reports(scheduler)
+    assert any(b.get("status") == {"nominatedNodeName": "n0"} for _, _, b, _ in reports)
+    notes = {b["regarding"]["name"]: b["note"] for m, _, b, _ in reports if m == "POST"}
+    assert "default/high" in notes["low"]
+    assert "rule priority" in notes["low"]
+    assert _reasons(reports)["high"].startswith("nominated to node n0")
+
+    # the victim terminates (still holding its GPU): the preemptor waits, nobody else is evicted
+    scheduler._on_pod(
+        ADDED,
+        pod(
+            "low",
+            gpus=1,
+            node="n0",
+            priority=1,
+            deleted=True,
+            annotations=annotated("n0", (0,), uid="uid-low"),
+            resource_version="2",
+        ),
+    )
+    await scheduler.cycle()
+    await _settle(scheduler)
+    assert len(recorder.posted("/eviction")) == 1
+    assert not recorder.posted("/binding")
+
+    scheduler._on_pod(DELETED, low)
+    await scheduler.cycle()
+    await _settle(scheduler)
+    ((path, _),) = recorder.posted("/binding")
+    assert path == "/api/v1/namespaces/default/pods/high/binding"
+    assert scheduler.preemptions.nominated == {}
+    assert scheduler.stats.preemptions == 1
+
+
+async def test_a_budget_refusing_the_eviction_becomes_the_preemptors_reason() -> None:
+    recorder = Recorder(evictions=429)
+    scheduler = _scheduler(recorder)
+    scheduler._on_node(ADDED, node("n0", gpus=1))
+    scheduler._on_pod(
+        ADDED,
+        pod("low", gpus=1, node="n0", priority=1, annotations=annotated("n0", (0,), uid="uid-low")),
+    )
+    scheduler._on_pod(ADDED, pod("high", gpus=1, priority=100))
+    try:
+        await scheduler.cycle()
+        await _settle(scheduler)
+        assert "disruption budget" in scheduler.preemptions.evictor.blocked_reason("uid-high")
+        _reports(scheduler)
+        await scheduler.cycle()  # the refusal woke the loop; the nominated pod is decided again
+        reason = _reasons(_reports(scheduler))["high"]
+        assert reason.startswith("waiting for eviction of default/low: a PodDisruptionBudget")
+        assert not recorder.posted("/binding")
+        assert all(method != "DELETE" for method, _, _ in recorder.requests)
+    finally:
+        scheduler.preemptions.evictor.cancel_all()
+
+
+def test_only_waits_behind_other_pods_are_retried_at_once() -> None:
+    assert ordering_wait("waiting behind big in pool default")
+    assert ordering_wait("no room in pool default for a pod of this size this cycle")
+    assert ordering_wait("backfill: would delay big, reserved on node n0 from t=5s")
+    assert not ordering_wait("queue q: ceiling 1 GPU units reached in pool x")
+    assert not ordering_wait("0/3 nodes are available: 3 Insufficient gpupool.io/gpu.")
+
+
+async def test_status_reports_a_node_two_pools_select_and_a_queue_left_out() -> None:
+    scheduler = _scheduler(Recorder())
+    _policy(scheduler, "GPUPool", "a", {"mode": "Exclusive", "nodeSelector": {"rack": "1"}})
+    _policy(scheduler, "GPUPool", "b", {"mode": "Shared", "nodeSelector": {"rack": "1"}})
+    _policy(scheduler, "GPUPool", "c", {"mode": "Exclusive", "nodeSelector": {"rack": "2"}})
+    _policy(scheduler, "GPUQueue", "lost", {"namespaces": ["x"], "quotas": [{"pool": "zz"}]})
+    scheduler._on_node(ADDED, node("both", gpus=4, labels={"rack": "1"}))
+    scheduler._on_node(ADDED, node("only-c", gpus=8, labels={"rack": "2"}))
+    scheduler._on_pod(ADDED, pod("p", gpus=1))  # whole GPU: the Exclusive pools, not the node
+    await scheduler.cycle()
+    await _settle(scheduler)
+    await scheduler.cycle()
+    status = scheduler.desired_status()
+    pool_a = status["/apis/gpupool.io/v1alpha1/gpupools/a"]
+    conflict = pool_a["conditions"][0]
+    assert (conflict["type"], conflict["status"]) == ("NodeConflict", "True")
+    assert "both" in conflict["message"]
+    assert (pool_a["nodes"], pool_a["gpus"]) == (0, 0)  # the contested node is in no pool
+    pool_c = status["/apis/gpupool.io/v1alpha1/gpupools/c"]
+    assert (pool_c["nodes"], pool_c["gpus"], pool_c["pods"], pool_c["allocatedGPUUnits"]) == (
+        1,
+        8,
+        1,
+        1.0,
+    )
+    lost = status["/apis/gpupool.io/v1alpha1/gpuqueues/lost"]["conditions"][0]
+    assert (lost["type"], lost["status"], lost["reason"]) == ("Valid", "False", "InvalidSpec")
+    assert "spec.quotas" in lost["message"]
+
+
+async def test_a_nomination_is_given_up_when_its_victims_are_gone_and_the_room_was_taken() -> None:
+    recorder = Recorder()
+    scheduler = _scheduler(recorder)
+    scheduler._on_node(ADDED, node("n0", gpus=1))
+    low = pod(
+        "low", gpus=1, node="n0", priority=1, annotations=annotated("n0", (0,), uid="uid-low")
+    )
+    scheduler._on_pod(ADDED, low)
+    scheduler._on_pod(ADDED, pod("high", gpus=1, priority=100))
+    await scheduler.cycle()
+    await _settle(scheduler)
+    assert scheduler.preemptions.nominated == {"uid-high": "n0"}
+    # the victim goes, but another scheduler's pod takes the GPU first
+    scheduler._on_pod(DELETED, low)
+    scheduler.state.sync()  # the release is seen before the other pod (no cycle in between)
+    scheduler._on_pod(ADDED, pod("other", gpus=1, node="n0", scheduler="default-scheduler"))
+    await scheduler.cycle()
+    await _settle(scheduler)
+    assert scheduler.preemptions.nominated == {}
+    assert not recorder.posted("/binding")
+
+
+async def test_a_pod_that_succeeds_teaches_its_queue_a_runtime() -> None:
+    scheduler = _scheduler(Recorder())
+    scheduler._on_node(ADDED, node("n0", gpus=1))
+    bound = pod("job", gpus=1, node="n0", annotations=annotated("n0", (0,), uid="uid-job"))
+    scheduler._on_pod(ADDED, bound)
+    await scheduler.cycle()
+    assert "uid-job" in scheduler.book.running
+    probe = scheduler.book.running["uid-job"].workload
+    before = scheduler.book.runtimes.estimate(probe, "default")
+    done = pod(
+        "job",
+        gpus=1,
+        node="n0",
+        phase="Succeeded",
+        resource_version="2",
+        annotations=annotated("n0", (0,), uid="uid-job"),
+    )
+    scheduler._on_pod(ADDED, done)
+    after = scheduler.book.runtimes.estimate(probe, "default")
+    # it ran from its creation (the record names no time) until now
+    ran = time.time() - epoch_seconds("2025-01-01T00:00:00Z")
+    assert before == DEFAULT_RUNTIME
+    assert abs(after - ran) < 60
+    await scheduler.cycle()
+    assert "uid-job" not in scheduler.book.running
+    assert scheduler.book.ledger.used.sum() == 0
