@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from gpupool.api.app import create_face
 from gpupool.api.model import Pool, Queue
 from gpupool.api.serve import serving
-from gpupool.api.sources import DetachedView, SnapshotView, copy_snapshot
+from gpupool.api.sources import DetachedView, SnapshotView
 from gpupool.api.view import PodInfo, Waiting
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.policy.quota import NO_LIMIT
@@ -71,7 +71,7 @@ class DemoView:
                 for name, record in cluster.running.items()
             }
             return SnapshotView(
-                copy_snapshot(cluster.snapshot),
+                cluster.snapshot.copy(),
                 [(w.pod, cluster.reasons.get(name, "")) for name, w in cluster.pending.items()],
                 info=info,
                 source=self.source,

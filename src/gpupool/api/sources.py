@@ -15,7 +15,6 @@ with :func:`~gpupool.kube.translate.pod_spec` rather than through the state's sp
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -27,32 +26,6 @@ from gpupool.kube.live import LiveScheduler, _pod_order
 from gpupool.kube.records import PodRecord
 from gpupool.kube.translate import InvalidObjectError, pod_spec
 from gpupool.kube.vocabulary import LABEL_QUEUE
-
-_MUTABLE_ARRAYS = (
-    "cpu_free",
-    "memory_free",
-    "pods_free",
-    "gpu_free",
-    "gpu_free_total",
-    "gpu_memory_free",
-    "mig_free",
-    "node_gen",
-)
-"""The snapshot's arrays that bind and release change; the others are fixed per snapshot."""
-
-
-def copy_snapshot(snapshot: ClusterSnapshot) -> ClusterSnapshot:
-    """A copy that later binds and releases on ``snapshot`` do not change.
-
-    The node inventory and capacities are shared (a snapshot never changes them; a new
-    inventory is a new snapshot), the free resources and holdings are copied.
-    """
-    clone = copy.copy(snapshot)
-    for name in _MUTABLE_ARRAYS:
-        setattr(clone, name, getattr(snapshot, name).copy())
-    clone.allocations = dict(snapshot.allocations)
-    clone.pods_on_node = [set(pods) for pods in snapshot.pods_on_node]
-    return clone
 
 
 @dataclass(frozen=True)
@@ -156,7 +129,7 @@ class SnapshotView:
 
         return DetachedView(
             self.source,
-            copy_snapshot(self.cluster) if self.cluster is not None else None,
+            self.cluster.copy() if self.cluster is not None else None,
             who,
             dict(self.uuids),
             pending,
@@ -250,7 +223,7 @@ class LiveView:
         entries = self._entries()
         return DetachedView(
             self.source,
-            copy_snapshot(state.snapshot) if state.snapshot is not None else None,
+            state.snapshot.copy() if state.snapshot is not None else None,
             _who(pods),
             dict(state.uuids),
             lambda: _waiting(pods, entries),

@@ -23,6 +23,7 @@ releases pods and returns a closure that puts them back exactly as they were.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -215,6 +216,33 @@ class ClusterSnapshot:
         self._apply(allocation, sign=+1)
         self.pods_on_node[allocation.node].discard(pod_name)
         return allocation
+
+    MUTABLE_ARRAYS = (
+        "cpu_free",
+        "memory_free",
+        "pods_free",
+        "gpu_free",
+        "gpu_free_total",
+        "gpu_memory_free",
+        "gpu_pods_free",
+        "mig_free",
+        "node_gen",
+    )
+    """The arrays that bind and release change; the others are fixed once sharing is set."""
+
+    def copy(self) -> ClusterSnapshot:
+        """A copy that later binds and releases on this snapshot do not change.
+
+        The inventory and capacities are shared (a snapshot never changes them after its
+        sharing limits are set; a new inventory is a new snapshot); the free resources and the
+        holdings are copied. Listed here, next to the arrays, so a new one cannot be missed.
+        """
+        clone = copy.copy(self)
+        for name in self.MUTABLE_ARRAYS:
+            setattr(clone, name, getattr(self, name).copy())
+        clone.allocations = dict(self.allocations)
+        clone.pods_on_node = [set(pods) for pods in self.pods_on_node]
+        return clone
 
     def simulate_removal(self, pod_names: Iterable[str]) -> Callable[[], None]:
         """Release pods for a what-if and return a closure that restores them exactly."""

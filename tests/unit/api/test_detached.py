@@ -6,7 +6,6 @@ import numpy as np
 
 from gpupool.api import view
 from gpupool.api.example import example_view
-from gpupool.api.sources import copy_snapshot
 from gpupool.core.model import PodSpec
 
 
@@ -14,7 +13,7 @@ def test_copy_shares_nothing_that_bind_or_release_change() -> None:
     source = example_view()
     original = source.snapshot()
     assert original is not None
-    clone = copy_snapshot(original)
+    clone = original.copy()
     shared = {
         name: value.copy()
         for name, value in vars(original).items()
