@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -39,9 +40,11 @@ async def test_scheduler_works_with_exactly_its_role(
     await grant_scheduler_role(api, USER)
     sel = {"test": namespace}
     await make_nodes(api, namespace, 1, gpus=2)
-    await create_pods(
-        api, namespace, [gpu_pod("fits", gpus=2, selector=sel), gpu_pod("waits", selector=sel)]
-    )
+    # "fits" is older by more than the API's one-second timestamps, so it is served first
+    # (pods of equal priority and age are served in an order of their uids)
+    await create_pods(api, namespace, [gpu_pod("fits", gpus=2, selector=sel)])
+    await asyncio.sleep(1.1)
+    await create_pods(api, namespace, [gpu_pod("waits", selector=sel)])
     schedulers = SchedulerProcesses(kubeconfig, f"lease-{namespace}", tmp_path)
     try:
         schedulers.start("restricted")
