@@ -32,6 +32,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,6 +66,10 @@ FAILPOINT_RAISE_LABEL = "GPUPOOL_FAILPOINT_RAISE_LABEL"
 It exists so that tests can prove one failing pod does not stop the others; it is read once at
 start and does nothing unless set.
 """
+
+DecisionHook = Callable[[PodRecord, str, str], None]
+"""Called as ``hook(pod, "bind" | "reject", detail)`` after a bind lands or a pod is reported
+unschedulable with a new reason (the governance controller audits these)."""
 
 LIVE_POLICIES = ("default", "bestfit", "packing", "dotprod", "clustering", "random")
 """Policies that need no workload known in advance (FGD's typical pods come from a trace)."""
@@ -140,6 +145,7 @@ class LiveScheduler:
     stats: LiveStats = field(default_factory=LiveStats)
     metrics: SchedulingMetrics = field(default_factory=SchedulingMetrics)
     leading: bool = False
+    on_decision: DecisionHook | None = None
 
     def __post_init__(self) -> None:
         self.reports = PodReporter(self.api, self.config.identity)
@@ -303,6 +309,8 @@ class LiveScheduler:
         ]
 
     def _report_pending(self, pod: PodRecord, message: str) -> None:
+        if self.on_decision is not None:
+            self.on_decision(pod, "reject", message)
         self.reports.event(pod, "Warning", "FailedScheduling", message)
         self.reports.unschedulable(pod, message)
 
@@ -342,6 +350,8 @@ class LiveScheduler:
                 "Scheduled",
                 f"Successfully assigned {pod.key} to {decision.node_name} (GPUs {gpus})",
             )
+            if self.on_decision is not None:
+                self.on_decision(pod, "bind", f"node={decision.node_name} gpus={gpus}")
             return
         self.metrics.bind_failed(result.reason)
         self.state.forget(uid)

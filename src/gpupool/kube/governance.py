@@ -1,0 +1,497 @@
+"""The governance controller: idle reclaim, share-duration limits, abnormal pods, phantom shares.
+
+It runs on the leader next to the scheduling loop, every ``interval`` seconds, over the
+scheduler's own informer caches (pods, nodes), the GPUPool and GPUQueue objects (listed each
+pass: a handful of objects) and the node agent's usage annotation. The pure rules
+(:mod:`gpupool.governance.rules`) decide; this module carries the decisions out:
+
+* a warning is a merge patch of ``gpupool.io/governance-warned`` on the pod plus a Warning Event;
+  the warning time lives on the pod *and* in memory, so a restarted controller continues where
+  the last one stopped, and a tenant who deletes or post-dates the annotation gains nothing
+  while this controller runs (the earlier of the two times counts);
+* a reclaim or a cleanup is an eviction through the Eviction API (``policy/v1``), so
+  PodDisruptionBudgets hold: a 429 means the budget blocks it now, and the pod is tried again
+  on a later pass, never deleted around the budget;
+* a phantom allocation (a share the scheduler's cache still counts for a pod the API server
+  says is gone, finished or bound elsewhere) is released in the cache within the pass that finds
+  it, after the API server confirmed it with a direct read, so a pod created after the list was
+  taken is never taken for a phantom.
+
+Every action is audited through the store's buffered writer (when a database is configured)
+with the rule that fired and the values it fired on, under a deterministic key, so an action
+retried on the next pass is one row. The controller also keeps the counters behind
+``/metrics``: reclaims and cleanups by rule, seconds idle of the pods idle now, GPU-hours per
+queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from gpupool.governance.accounting import GroupBy, Interval, Window, account
+from gpupool.governance.decisions import (
+    Action,
+    Cleanup,
+    ClearWarning,
+    Decision,
+    Reclaim,
+    Release,
+    Rule,
+    Warn,
+)
+from gpupool.governance.rules import (
+    CleanupLimits,
+    Limits,
+    PodFacts,
+    PodPlacement,
+    PodWarning,
+    UsagePoint,
+    decide,
+    idle_since,
+    phantoms,
+)
+from gpupool.kube import allocation
+from gpupool.kube.api import ApiError, KubeAPI
+from gpupool.kube.governance_facts import (
+    GovernanceSettings,
+    allocation_units,
+    format_warning,
+    node_usage,
+    not_ready_since,
+    parse_time,
+    parse_warning,
+    pod_restarts,
+    read_settings,
+)
+from gpupool.kube.informer import ADDED, DELETED
+from gpupool.kube.live import LiveScheduler
+from gpupool.kube.records import ObjectMeta, PodRecord
+from gpupool.kube.vocabulary import (
+    ANNOTATION_ALLOCATION,
+    ANNOTATION_GOVERNANCE_WARNED,
+    LABEL_CLASS,
+)
+from gpupool.store.records import AuditAction, AuditEvent
+from gpupool.store.writer import StoreWriter
+
+log = logging.getLogger(__name__)
+
+HISTORY = 256
+"""Usage samples kept per pod (at the agent's 60 s period: over 4 hours)."""
+GROUP = "/apis/gpupool.io/v1alpha1"
+
+_ACTIONS = {
+    Rule.IDLE: AuditAction.RECLAIM,
+    Rule.MAX_SHARE_DURATION: AuditAction.TIME_LIMIT,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GovernanceConfig:
+    """How the controller runs.
+
+    Attributes:
+        interval: Seconds between passes.
+        cleanup: When a pod counts as abnormal.
+    """
+
+    interval: float = 5.0
+    cleanup: CleanupLimits = field(default_factory=CleanupLimits)
+
+    def __post_init__(self) -> None:
+        if not self.interval > 0:
+            raise ValueError(f"interval: must be > 0, got {self.interval}")
+
+
+@dataclass
+class GovernanceStats:
+    """Counters for metrics and tests (rule values as keys)."""
+
+    passes: int = 0
+    pass_errors: int = 0
+    warnings: Counter[str] = field(default_factory=Counter)
+    reclaims: Counter[str] = field(default_factory=Counter)
+    cleanups: Counter[str] = field(default_factory=Counter)
+    releases: int = 0
+    evictions_blocked: int = 0
+    idle_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
+    queue_gpu_hours: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Held:
+    """A pod's allocation as accounting counts it."""
+
+    interval: Interval
+
+
+class GovernanceController:
+    """Governance on the leader, over one :class:`LiveScheduler`'s caches.
+
+    Args:
+        scheduler: The replica's scheduler (its caches, its Event reporter, its leadership).
+        config: How to run.
+        writer: Where audit records go; ``None``: no store (logs and Events only).
+        clock: Seconds since the epoch (tests may pass their own).
+    """
+
+    def __init__(
+        self,
+        scheduler: LiveScheduler,
+        config: GovernanceConfig,
+        writer: StoreWriter | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.scheduler = scheduler
+        self.api: KubeAPI = scheduler.api
+        self.config = config
+        self.writer = writer
+        self.clock = clock
+        self.stats = GovernanceStats()
+        self.settings = GovernanceSettings()
+        self._usage: dict[str, deque[UsagePoint]] = {}
+        self._last_active: dict[str, float | None] = {}
+        self._warned: dict[str, PodWarning] = {}
+        self._held: dict[str, _Held] = {}
+        self._closed_hours: defaultdict[str, float] = defaultdict(float)
+        self._audits: set[asyncio.Task[None]] = set()
+        scheduler.on_decision = self.decided
+
+    def decided(self, pod: PodRecord, what: str, detail: str) -> None:
+        """The scheduler's :data:`~gpupool.kube.live.DecisionHook`: audit a bind or rejection."""
+        if self.writer is None:
+            return
+        meta = pod.metadata
+        bind = what == "bind"
+        values = dict(part.split("=", 1) for part in detail.split()) if bind else {}
+        event = AuditEvent(
+            time=datetime.fromtimestamp(self.clock(), UTC),
+            action=AuditAction.BIND if bind else AuditAction.REJECT,
+            kind="Pod",
+            namespace=meta.namespace,
+            name=meta.name,
+            uid=meta.uid,
+            reason=detail[:2000],
+            values=values,
+            tenant=self.settings.queue_of_namespace.get(meta.namespace, ""),
+            actor=self.identity,
+            **({"key": f"bind/{meta.uid}"} if bind else {}),
+        )
+        task = asyncio.get_running_loop().create_task(self.writer.audit(event))
+        self._audits.add(task)
+        task.add_done_callback(self._audits.discard)
+
+    @property
+    def identity(self) -> str:
+        """Who decides, in Events and audit records."""
+        return self.scheduler.config.identity
+
+    async def run(self) -> None:
+        """Run passes while this replica leads, until cancelled."""
+        while True:
+            await asyncio.sleep(self.config.interval)
+            if not (self.scheduler.leading and self.scheduler.synced):
+                continue
+            try:
+                await self.run_pass()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.stats.pass_errors += 1
+                log.exception("governance pass failed; next pass in %.1f s", self.config.interval)
+
+    async def run_pass(self) -> None:
+        """One pass: settings, usage, every bound pod, phantoms, accounting."""
+        self.stats.passes += 1
+        now = self.clock()
+        self.settings = await self._read_settings()
+        self._observe_usage()
+        idle: dict[tuple[str, str], float] = {}
+        for pod in list(self.scheduler.state.pods.values()):
+            if not pod.spec.node_name or pod.spec.scheduler_name != (
+                self.scheduler.config.scheduler_name
+            ):
+                continue
+            facts, limits = self._facts(pod, now)
+            if limits.idle_threshold_percent is not None:
+                since = idle_since(
+                    facts.usage,
+                    limits.idle_threshold_percent,
+                    limits.memory_activity_mib,
+                    facts.last_active,
+                    facts.allocated_at,
+                )
+                if since is not None and pod.status.phase == "Running":
+                    idle[(pod.metadata.namespace, pod.metadata.name)] = max(now - since, 0.0)
+            decision = decide(facts, limits, self.config.cleanup, now)
+            if decision is not None:
+                await self._carry_out(pod, decision, now)
+        self.stats.idle_seconds = idle
+        await self._release_phantoms(now)
+        self._account(now)
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    async def _read_settings(self) -> GovernanceSettings:
+        try:
+            pools = await self.api.list_items(f"{GROUP}/gpupools")
+            queues = await self.api.list_items(f"{GROUP}/gpuqueues")
+        except ApiError as error:
+            if error.status == 404:  # CRDs not installed: no settings, cleanup rules only
+                return GovernanceSettings()
+            raise
+        return read_settings(pools, queues)
+
+    def _observe_usage(self) -> None:
+        pods = self.scheduler.state.pods
+        for node in list(self.scheduler.state.nodes.values()):
+            for uid, usage in node_usage(node).items():
+                pod = pods.get(uid)
+                if pod is None or pod.spec.node_name != node.key:
+                    continue  # only a pod's own node speaks for it
+                history = self._usage.setdefault(uid, deque(maxlen=HISTORY))
+                if not history or history[-1].time < usage.sampled_at:
+                    history.append(UsagePoint(usage.sampled_at, usage.sm_percent, usage.memory_mib))
+                self._last_active[uid] = usage.last_active
+        for uid in [uid for uid in self._usage if uid not in pods]:
+            self._usage.pop(uid, None)
+            self._last_active.pop(uid, None)
+            self._warned.pop(uid, None)
+
+    def _trusted_record(self, pod: PodRecord) -> allocation.AllocationRecord | None:
+        state = self.scheduler.state
+        uid = pod.metadata.uid
+        snapshot = state.snapshot
+        if snapshot is None or uid not in snapshot.allocations or uid in state.foreign:
+            return None
+        text = pod.metadata.annotations.get(ANNOTATION_ALLOCATION)
+        try:
+            return allocation.decode(text) if text else None
+        except allocation.AllocationFormatError:
+            return None
+
+    def _facts(self, pod: PodRecord, now: float) -> tuple[PodFacts, Limits]:
+        uid = pod.metadata.uid
+        node = self.scheduler.state.nodes.get(pod.spec.node_name)
+        pool = self.settings.pool_of(node)
+        limits = self.settings.limits_for(pool, pod.metadata.namespace)
+        record = self._trusted_record(pod)
+        allocated_at = parse_time(record.time) if record is not None else None
+        restarts, waiting = pod_restarts(pod)
+        warning = self._warned.get(uid)
+        written = parse_warning(pod.metadata.annotations.get(ANNOTATION_GOVERNANCE_WARNED))
+        earlier = written is not None and (
+            warning is None or (written.rule is warning.rule and written.time < warning.time)
+        )
+        if written is not None and earlier and written.time <= now:
+            warning = written
+            self._warned[uid] = written
+        facts = PodFacts(
+            uid=uid,
+            pod_class=pod.metadata.labels.get(LABEL_CLASS, ""),
+            allocated_at=allocated_at,
+            phase=pod.status.phase,
+            restarts=restarts,
+            waiting_reason=waiting,
+            node_not_ready_since=not_ready_since(node),
+            usage=tuple(self._usage.get(uid, ())),
+            last_active=self._last_active.get(uid),
+            warning=warning,
+            deleting=pod.metadata.deletion_timestamp is not None,
+        )
+        return facts, limits
+
+    # -- outputs -----------------------------------------------------------------------------
+
+    async def _carry_out(self, pod: PodRecord, decision: Decision, now: float) -> None:
+        uid = pod.metadata.uid
+        if isinstance(decision, Warn):
+            warning = PodWarning(decision.rule, now)
+            self._warned[uid] = warning
+            await self._annotate(pod, format_warning(warning))
+            self.stats.warnings[decision.rule.value] += 1
+            note = f"will be reclaimed after {decision.values['grace']:g} s unless it changes: "
+            self.scheduler.reports.event(
+                pod, "Warning", "GovernanceWarning", note + decision.message
+            )
+            await self._audit(pod, decision, now, "warned", f"warn/{uid}/{decision.rule.value}")
+        elif isinstance(decision, ClearWarning):
+            self._warned.pop(uid, None)
+            await self._annotate(pod, None)
+            self.scheduler.reports.event(
+                pod, "Normal", "GovernanceWarningCleared", decision.message
+            )
+        elif isinstance(decision, Reclaim | Cleanup):
+            outcome = await self._evict(pod)
+            if outcome == "blocked":
+                self.stats.evictions_blocked += 1
+                return
+            counter = self.stats.reclaims if isinstance(decision, Reclaim) else self.stats.cleanups
+            counter[decision.rule.value] += 1
+            verb = "Reclaimed" if isinstance(decision, Reclaim) else "CleanedUp"
+            self.scheduler.reports.event(pod, "Warning", verb, decision.message)
+            step = "evicted" if outcome == "evicted" else "gone"
+            await self._audit(pod, decision, now, step, f"{verb.lower()}/{uid}")
+
+    async def _annotate(self, pod: PodRecord, value: str | None) -> None:
+        meta = pod.metadata
+        path = f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}"
+        body = {"metadata": {"annotations": {ANNOTATION_GOVERNANCE_WARNED: value}}}
+        try:
+            await self.api.patch(path, body)
+        except ApiError as error:
+            if error.status != 404:
+                log.warning("annotating %s: %s", pod.key, error)
+
+    async def _evict(self, pod: PodRecord) -> str:
+        """``evicted``, ``gone`` or ``blocked`` (a PodDisruptionBudget or a server error)."""
+        meta = pod.metadata
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": meta.name, "namespace": meta.namespace},
+            "deleteOptions": {"preconditions": {"uid": meta.uid}},
+        }
+        try:
+            await self.api.create(
+                f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/eviction", body
+            )
+        except ApiError as error:
+            if error.status in (404, 409):  # gone, or replaced by a pod of the same name
+                return "gone"
+            log.warning("evicting %s: %s (tried again next pass)", pod.key, error)
+            return "blocked"
+        return "evicted"
+
+    async def _audit(
+        self, pod: PodRecord, decision: Action, now: float, step: str, key: str
+    ) -> None:
+        if self.writer is None:
+            return
+        meta = pod.metadata
+        node = self.scheduler.state.nodes.get(pod.spec.node_name)
+        pool = self.settings.pool_of(node)
+        action = _ACTIONS.get(decision.rule, AuditAction.CLEANUP)
+        await self.writer.audit(
+            AuditEvent(
+                time=datetime.fromtimestamp(now, UTC),
+                action=action,
+                kind="Pod",
+                namespace=meta.namespace,
+                name=meta.name,
+                uid=meta.uid,
+                reason=f"{step}: {decision.message}",
+                values={"rule": decision.rule.value, "step": step, **decision.values},
+                tenant=self.settings.queue_of_namespace.get(meta.namespace, ""),
+                pool=pool.name if pool is not None else "",
+                actor=self.identity,
+                key=key,
+            )
+        )
+
+    # -- phantoms ----------------------------------------------------------------------------
+
+    async def _release_phantoms(self, now: float) -> None:
+        state = self.scheduler.state
+        snapshot = state.snapshot
+        if snapshot is None or not snapshot.allocations:
+            return
+        held = {uid: snapshot.node_names[alloc.node] for uid, alloc in snapshot.allocations.items()}
+        listed = await self.api.list_items("/api/v1/pods")
+        actual = {
+            item["metadata"]["uid"]: PodPlacement(
+                item["spec"].get("nodeName", ""),
+                item.get("status", {}).get("phase") in ("Succeeded", "Failed"),
+            )
+            for item in listed
+        }
+        for release in phantoms(held, actual, in_flight=set(state.assumed)):
+            if await self._confirmed(release, state.pods.get(release.pod_uid)):
+                self._release(release, state.pods.get(release.pod_uid))
+                self.stats.releases += 1
+                await self._audit_release(release, state.pods.get(release.pod_uid), now)
+
+    async def _confirmed(self, release: Release, cached: PodRecord | None) -> bool:
+        """Whether a direct read still shows the pod gone, finished or elsewhere."""
+        if cached is None:
+            return True  # the cache itself no longer has it: nothing can come back for it
+        meta = cached.metadata
+        try:
+            current = await self.api.get(f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}")
+        except ApiError as error:
+            return error.status == 404
+        if current["metadata"]["uid"] != meta.uid:
+            return True
+        if current.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            return True
+        return bool(current["spec"].get("nodeName", "") != release.values["held_on"])
+
+    def _release(self, release: Release, cached: PodRecord | None) -> None:
+        """Drop the phantom from the scheduler's cache, then let it re-read the pod if it lives."""
+        state = self.scheduler.state
+        gone = PodRecord(metadata=ObjectMeta(uid=release.pod_uid))
+        state.on_pod(DELETED, cached or gone)
+        state.sync()
+        if cached is not None and release.values.get("why") == "moved":
+            state.on_pod(ADDED, cached)  # its next watch event brings the new node
+        self.scheduler.wake.set()
+        log.warning("released phantom allocation of %s: %s", release.pod_uid, release.message)
+
+    async def _audit_release(self, release: Release, pod: PodRecord | None, now: float) -> None:
+        if self.writer is None:
+            return
+        meta = pod.metadata if pod is not None else ObjectMeta(uid=release.pod_uid)
+        await self.writer.audit(
+            AuditEvent(
+                time=datetime.fromtimestamp(now, UTC),
+                action=AuditAction.CLEANUP,
+                kind="Pod",
+                namespace=meta.namespace,
+                name=meta.name or release.pod_uid,
+                uid=release.pod_uid,
+                reason=f"released: {release.message}",
+                values={"rule": release.rule.value, "step": "released", **release.values},
+                actor=self.identity,
+                key=f"phantom/{release.pod_uid}/{int(now)}",
+            )
+        )
+
+    # -- accounting --------------------------------------------------------------------------
+
+    def _account(self, now: float) -> None:
+        """GPU-hours per queue: closed allocations folded in, open ones integrated to now."""
+        state = self.scheduler.state
+        for uid, held in list(self._held.items()):
+            if uid not in state.pods:
+                interval = held.interval
+                hours = (now - interval.start) * interval.units / 3600.0
+                self._closed_hours[interval.queue] += max(hours, 0.0)
+                del self._held[uid]
+        for uid, pod in state.pods.items():
+            if uid in self._held or not pod.spec.node_name:
+                continue
+            record = self._trusted_record(pod)
+            start = parse_time(record.time) if record is not None else None
+            if record is None or start is None:
+                continue
+            size = allocation_units(record, self.scheduler.state.nodes.get(pod.spec.node_name))
+            meta = pod.metadata
+            queue = self.settings.queue_of_namespace.get(meta.namespace, "")
+            self._held[uid] = _Held(
+                Interval(
+                    uid, meta.namespace, meta.name, queue, "", size.units, size.memory_gib, start
+                )
+            )
+        intervals = [held.interval for held in self._held.values() if held.interval.start <= now]
+        totals = defaultdict(float, self._closed_hours)
+        if intervals:
+            window = Window(min(i.start for i in intervals), now)
+            for usage in account(intervals, window, GroupBy.QUEUE):
+                totals[usage.group] += usage.gpu_hours
+        self.stats.queue_gpu_hours = dict(totals)
