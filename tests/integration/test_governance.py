@@ -32,7 +32,7 @@ from gpupool.kube.metrics import scheduler_registry
 from gpupool.kube.records import PodRecord
 from gpupool.kube.signing import RecordSigner
 from gpupool.store.engine import open_store
-from gpupool.store.queries import AuditQuery, audit_events_matching
+from gpupool.store.queries import AuditQuery, allocations_overlapping, audit_events_matching
 from gpupool.store.records import AuditAction, AuditEvent
 from gpupool.store.writer import StoreWriter
 
@@ -263,6 +263,24 @@ async def test_pod_past_its_queue_share_duration_is_warned_then_evicted(
     assert evicted[0].values["max_share_duration"] == 3600  # the queue's, shorter than 8h
     assert evicted[0].values["held_seconds"] >= 3600
 
+    # the allocation is in the store for the cost report, closed once the pod is gone
+    async def gone_from_cache() -> bool:
+        return long_uid not in g.scheduler.state.pods
+
+    await wait_for(gone_from_cache, 30, "the evicted pod to leave the cache")
+    await g.controller.run_pass()
+    await g.writer.flush()
+    rows = await allocations_overlapping(
+        g.engine, datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)
+    )
+    (row,) = [r for r in rows if r.pod_uid == long_uid]
+    assert row.queue == g.namespace
+    assert row.pool == g.namespace
+    assert row.units == 1.0
+    assert row.end is not None
+    assert (row.end - row.start).total_seconds() >= 3600 + 61
+    assert g.controller.stats.queue_gpu_hours[g.namespace] >= (3600 + 61) / 3600
+
 
 async def test_crash_looping_pod_cleaned_healthy_restarted_pod_untouched(
     governed: Governed,
@@ -308,6 +326,8 @@ async def test_crash_looping_pod_cleaned_healthy_restarted_pod_untouched(
     assert cleanup[0].values["restarts"] == 6
     assert cleanup[0].values["restart_limit"] == 5
     assert 'gpupool_governance_cleanups_total{rule="crash-loop"} 1.0' in _metrics(g)
+    await g.controller.run_pass()  # the eviction reaching the cache late is not a phantom
+    assert g.controller.stats.releases == 0
 
 
 async def test_phantom_share_released_within_one_pass(governed: Governed) -> None:

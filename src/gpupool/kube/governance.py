@@ -29,19 +29,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from gpupool.governance.accounting import GroupBy, Interval, Window, account
 from gpupool.governance.decisions import (
     Action,
     Cleanup,
     ClearWarning,
     Decision,
     Reclaim,
-    Release,
     Rule,
     Warn,
 )
@@ -49,18 +47,15 @@ from gpupool.governance.rules import (
     CleanupLimits,
     Limits,
     PodFacts,
-    PodPlacement,
     PodWarning,
     UsagePoint,
     decide,
     idle_since,
-    phantoms,
 )
 from gpupool.kube import allocation
 from gpupool.kube.api import ApiError, KubeAPI
 from gpupool.kube.governance_facts import (
     GovernanceSettings,
-    allocation_units,
     format_warning,
     node_usage,
     not_ready_since,
@@ -69,9 +64,10 @@ from gpupool.kube.governance_facts import (
     pod_restarts,
     read_settings,
 )
-from gpupool.kube.informer import ADDED, DELETED
+from gpupool.kube.governance_ledger import QueueLedger
+from gpupool.kube.governance_phantoms import find_phantoms, release_phantom
 from gpupool.kube.live import LiveScheduler
-from gpupool.kube.records import ObjectMeta, PodRecord
+from gpupool.kube.records import PodRecord
 from gpupool.kube.vocabulary import (
     ANNOTATION_ALLOCATION,
     ANNOTATION_GOVERNANCE_WARNED,
@@ -124,13 +120,6 @@ class GovernanceStats:
     queue_gpu_hours: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass
-class _Held:
-    """A pod's allocation as accounting counts it."""
-
-    interval: Interval
-
-
 class GovernanceController:
     """Governance on the leader, over one :class:`LiveScheduler`'s caches.
 
@@ -158,8 +147,7 @@ class GovernanceController:
         self._usage: dict[str, deque[UsagePoint]] = {}
         self._last_active: dict[str, float | None] = {}
         self._warned: dict[str, PodWarning] = {}
-        self._held: dict[str, _Held] = {}
-        self._closed_hours: defaultdict[str, float] = defaultdict(float)
+        self.ledger = QueueLedger(writer)
         self._audits: set[asyncio.Task[None]] = set()
         scheduler.on_decision = self.decided
 
@@ -234,7 +222,9 @@ class GovernanceController:
                 await self._carry_out(pod, decision, now)
         self.stats.idle_seconds = idle
         await self._release_phantoms(now)
-        self._account(now)
+        self.stats.queue_gpu_hours = await self.ledger.update(
+            self.scheduler.state, self.settings, self._trusted_record, now
+        )
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -384,7 +374,7 @@ class GovernanceController:
                 action=action,
                 kind="Pod",
                 namespace=meta.namespace,
-                name=meta.name,
+                name=meta.name or meta.uid,
                 uid=meta.uid,
                 reason=f"{step}: {decision.message}",
                 values={"rule": decision.rule.value, "step": step, **decision.values},
@@ -399,99 +389,8 @@ class GovernanceController:
 
     async def _release_phantoms(self, now: float) -> None:
         state = self.scheduler.state
-        snapshot = state.snapshot
-        if snapshot is None or not snapshot.allocations:
-            return
-        held = {uid: snapshot.node_names[alloc.node] for uid, alloc in snapshot.allocations.items()}
-        listed = await self.api.list_items("/api/v1/pods")
-        actual = {
-            item["metadata"]["uid"]: PodPlacement(
-                item["spec"].get("nodeName", ""),
-                item.get("status", {}).get("phase") in ("Succeeded", "Failed"),
-            )
-            for item in listed
-        }
-        for release in phantoms(held, actual, in_flight=set(state.assumed)):
-            if await self._confirmed(release, state.pods.get(release.pod_uid)):
-                self._release(release, state.pods.get(release.pod_uid))
-                self.stats.releases += 1
-                await self._audit_release(release, state.pods.get(release.pod_uid), now)
-
-    async def _confirmed(self, release: Release, cached: PodRecord | None) -> bool:
-        """Whether a direct read still shows the pod gone, finished or elsewhere."""
-        if cached is None:
-            return True  # the cache itself no longer has it: nothing can come back for it
-        meta = cached.metadata
-        try:
-            current = await self.api.get(f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}")
-        except ApiError as error:
-            return error.status == 404
-        if current["metadata"]["uid"] != meta.uid:
-            return True
-        if current.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-            return True
-        return bool(current["spec"].get("nodeName", "") != release.values["held_on"])
-
-    def _release(self, release: Release, cached: PodRecord | None) -> None:
-        """Drop the phantom from the scheduler's cache, then let it re-read the pod if it lives."""
-        state = self.scheduler.state
-        gone = PodRecord(metadata=ObjectMeta(uid=release.pod_uid))
-        state.on_pod(DELETED, cached or gone)
-        state.sync()
-        if cached is not None and release.values.get("why") == "moved":
-            state.on_pod(ADDED, cached)  # its next watch event brings the new node
-        self.scheduler.wake.set()
-        log.warning("released phantom allocation of %s: %s", release.pod_uid, release.message)
-
-    async def _audit_release(self, release: Release, pod: PodRecord | None, now: float) -> None:
-        if self.writer is None:
-            return
-        meta = pod.metadata if pod is not None else ObjectMeta(uid=release.pod_uid)
-        await self.writer.audit(
-            AuditEvent(
-                time=datetime.fromtimestamp(now, UTC),
-                action=AuditAction.CLEANUP,
-                kind="Pod",
-                namespace=meta.namespace,
-                name=meta.name or release.pod_uid,
-                uid=release.pod_uid,
-                reason=f"released: {release.message}",
-                values={"rule": release.rule.value, "step": "released", **release.values},
-                actor=self.identity,
-                key=f"phantom/{release.pod_uid}/{int(now)}",
-            )
-        )
-
-    # -- accounting --------------------------------------------------------------------------
-
-    def _account(self, now: float) -> None:
-        """GPU-hours per queue: closed allocations folded in, open ones integrated to now."""
-        state = self.scheduler.state
-        for uid, held in list(self._held.items()):
-            if uid not in state.pods:
-                interval = held.interval
-                hours = (now - interval.start) * interval.units / 3600.0
-                self._closed_hours[interval.queue] += max(hours, 0.0)
-                del self._held[uid]
-        for uid, pod in state.pods.items():
-            if uid in self._held or not pod.spec.node_name:
-                continue
-            record = self._trusted_record(pod)
-            start = parse_time(record.time) if record is not None else None
-            if record is None or start is None:
-                continue
-            size = allocation_units(record, self.scheduler.state.nodes.get(pod.spec.node_name))
-            meta = pod.metadata
-            queue = self.settings.queue_of_namespace.get(meta.namespace, "")
-            self._held[uid] = _Held(
-                Interval(
-                    uid, meta.namespace, meta.name, queue, "", size.units, size.memory_gib, start
-                )
-            )
-        intervals = [held.interval for held in self._held.values() if held.interval.start <= now]
-        totals = defaultdict(float, self._closed_hours)
-        if intervals:
-            window = Window(min(i.start for i in intervals), now)
-            for usage in account(intervals, window, GroupBy.QUEUE):
-                totals[usage.group] += usage.gpu_hours
-        self.stats.queue_gpu_hours = dict(totals)
+        for release, pod in await find_phantoms(self.api, state):
+            release_phantom(state, release, pod)
+            self.stats.releases += 1
+            self.scheduler.wake.set()
+            await self._audit(pod, release, now, "released", f"phantom/{release.pod_uid}/{now:.0f}")
