@@ -236,6 +236,10 @@ async def test_idle_pod_reclaimed_after_its_grace_active_and_exempt_pods_untouch
 
     text = _metrics(g)
     assert 'gpupool_governance_reclaims_total{rule="idle"} 1.0' in text
+    policy = await audit_events_matching(g.engine, AuditQuery(actions=(AuditAction.POLICY_CHANGE,)))
+    pool = [r for r in policy if r.kind == "GPUPool" and r.name == g.namespace]
+    assert len(pool) == 1  # many passes, one generation: one record
+    assert pool[0].values["spec"]["governance"]["idleGrace"] == "1m"
     assert (
         f'gpupool_governance_pod_idle_seconds{{namespace="{g.namespace}",pod="exempt-idle"}}'
         in (text)

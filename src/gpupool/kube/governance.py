@@ -32,7 +32,6 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from gpupool.governance.decisions import (
     Action,
@@ -40,7 +39,6 @@ from gpupool.governance.decisions import (
     ClearWarning,
     Decision,
     Reclaim,
-    Rule,
     Warn,
 )
 from gpupool.governance.rules import (
@@ -54,6 +52,7 @@ from gpupool.governance.rules import (
 )
 from gpupool.kube import allocation
 from gpupool.kube.api import ApiError, KubeAPI
+from gpupool.kube.governance_audit import Auditor
 from gpupool.kube.governance_facts import (
     GovernanceSettings,
     format_warning,
@@ -73,7 +72,6 @@ from gpupool.kube.vocabulary import (
     ANNOTATION_GOVERNANCE_WARNED,
     LABEL_CLASS,
 )
-from gpupool.store.records import AuditAction, AuditEvent
 from gpupool.store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
@@ -81,11 +79,6 @@ log = logging.getLogger(__name__)
 HISTORY = 256
 """Usage samples kept per pod (at the agent's 60 s period: over 4 hours)."""
 GROUP = "/apis/gpupool.io/v1alpha1"
-
-_ACTIONS = {
-    Rule.IDLE: AuditAction.RECLAIM,
-    Rule.MAX_SHARE_DURATION: AuditAction.TIME_LIMIT,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,31 +142,12 @@ class GovernanceController:
         self._warned: dict[str, PodWarning] = {}
         self.ledger = QueueLedger(writer)
         self._audits: set[asyncio.Task[None]] = set()
-        scheduler.on_decision = self.decided
+        self.auditor = Auditor(writer, scheduler.config.identity)
+        scheduler.on_decision = self._decided
 
-    def decided(self, pod: PodRecord, what: str, detail: str) -> None:
+    def _decided(self, pod: PodRecord, what: str, detail: str) -> None:
         """The scheduler's :data:`~gpupool.kube.live.DecisionHook`: audit a bind or rejection."""
-        if self.writer is None:
-            return
-        meta = pod.metadata
-        bind = what == "bind"
-        values = dict(part.split("=", 1) for part in detail.split()) if bind else {}
-        event = AuditEvent(
-            time=datetime.fromtimestamp(self.clock(), UTC),
-            action=AuditAction.BIND if bind else AuditAction.REJECT,
-            kind="Pod",
-            namespace=meta.namespace,
-            name=meta.name,
-            uid=meta.uid,
-            reason=detail[:2000],
-            values=values,
-            tenant=self.settings.queue_of_namespace.get(meta.namespace, ""),
-            actor=self.identity,
-            **({"key": f"bind/{meta.uid}"} if bind else {}),
-        )
-        task = asyncio.get_running_loop().create_task(self.writer.audit(event))
-        self._audits.add(task)
-        task.add_done_callback(self._audits.discard)
+        self.auditor.decision(pod, what, detail, self.settings, self.clock())
 
     @property
     def identity(self) -> str:
@@ -236,6 +210,8 @@ class GovernanceController:
             if error.status == 404:  # CRDs not installed: no settings, cleanup rules only
                 return GovernanceSettings()
             raise
+        await self.auditor.policy_changes("GPUPool", pools, self.clock())
+        await self.auditor.policy_changes("GPUQueue", queues, self.clock())
         return read_settings(pools, queues)
 
     def _observe_usage(self) -> None:
@@ -362,27 +338,9 @@ class GovernanceController:
     async def _audit(
         self, pod: PodRecord, decision: Action, now: float, step: str, key: str
     ) -> None:
-        if self.writer is None:
-            return
-        meta = pod.metadata
-        node = self.scheduler.state.nodes.get(pod.spec.node_name)
-        pool = self.settings.pool_of(node)
-        action = _ACTIONS.get(decision.rule, AuditAction.CLEANUP)
-        await self.writer.audit(
-            AuditEvent(
-                time=datetime.fromtimestamp(now, UTC),
-                action=action,
-                kind="Pod",
-                namespace=meta.namespace,
-                name=meta.name or meta.uid,
-                uid=meta.uid,
-                reason=f"{step}: {decision.message}",
-                values={"rule": decision.rule.value, "step": step, **decision.values},
-                tenant=self.settings.queue_of_namespace.get(meta.namespace, ""),
-                pool=pool.name if pool is not None else "",
-                actor=self.identity,
-                key=key,
-            )
+        pool = self.settings.pool_of(self.scheduler.state.nodes.get(pod.spec.node_name))
+        await self.auditor.action(
+            pod, decision, now, step, key, self.settings, pool.name if pool is not None else ""
         )
 
     # -- phantoms ----------------------------------------------------------------------------
