@@ -363,3 +363,27 @@ def _metrics(g: Governed) -> str:
 
     registry = scheduler_registry(g.scheduler, lambda: True, g.controller)
     return generate_latest(registry).decode()
+
+
+async def test_eviction_blocked_by_a_disruption_budget_is_retried_never_forced(
+    governed: Governed,
+) -> None:
+    g = governed
+    await g.start_pods("guarded", app="guarded")
+    await g.api.create(
+        f"/apis/policy/v1/namespaces/{g.namespace}/poddisruptionbudgets",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "guard"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}},
+        },
+    )
+    await g.skip(3601)  # past the queue's 1h: warned
+    # no kube-controller-manager here: the API server refuses (429) any eviction under a budget
+    # it has not processed yet, as it does for a budget at its limit
+    await g.skip(61)  # past the grace: the eviction is refused, so nothing is done
+    await g.skip(61)  # and tried again
+    assert g.controller.stats.evictions_blocked == 2
+    assert g.controller.stats.reclaims["max-share-duration"] == 0
+    assert not await g.gone_or_evicted("guarded")

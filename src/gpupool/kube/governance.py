@@ -140,6 +140,7 @@ class GovernanceController:
         self._usage: dict[str, deque[UsagePoint]] = {}
         self._last_active: dict[str, float | None] = {}
         self._warned: dict[str, PodWarning] = {}
+        self._evicted: set[str] = set()
         self.ledger = QueueLedger(writer)
         self._audits: set[asyncio.Task[None]] = set()
         self.auditor = Auditor(writer, scheduler.config.identity)
@@ -225,10 +226,10 @@ class GovernanceController:
                 if not history or history[-1].time < usage.sampled_at:
                     history.append(UsagePoint(usage.sampled_at, usage.sm_percent, usage.memory_mib))
                 self._last_active[uid] = usage.last_active
-        for uid in [uid for uid in self._usage if uid not in pods]:
-            self._usage.pop(uid, None)
-            self._last_active.pop(uid, None)
-            self._warned.pop(uid, None)
+        for per_pod in (self._usage, self._last_active, self._warned):
+            for uid in [uid for uid in per_pod if uid not in pods]:
+                del per_pod[uid]
+        self._evicted &= pods.keys()
 
     def _trusted_record(self, pod: PodRecord) -> allocation.AllocationRecord | None:
         state = self.scheduler.state
@@ -294,10 +295,13 @@ class GovernanceController:
                 pod, "Normal", "GovernanceWarningCleared", decision.message
             )
         elif isinstance(decision, Reclaim | Cleanup):
+            if uid in self._evicted:
+                return  # evicted already; its deletion has not reached the cache yet
             outcome = await self._evict(pod)
             if outcome == "blocked":
                 self.stats.evictions_blocked += 1
                 return
+            self._evicted.add(uid)
             counter = self.stats.reclaims if isinstance(decision, Reclaim) else self.stats.cleanups
             counter[decision.rule.value] += 1
             verb = "Reclaimed" if isinstance(decision, Reclaim) else "CleanedUp"
