@@ -36,7 +36,7 @@ from gpupool.store.queries import AuditQuery, allocations_overlapping, audit_eve
 from gpupool.store.records import AuditAction, AuditEvent
 from gpupool.store.writer import StoreWriter
 
-from .live_helpers import create_pods, gpu_pod, make_nodes, wait_for
+from .live_helpers import SchedulerProcesses, create_pods, gpu_pod, make_nodes, wait_for
 
 Json = dict[str, Any]
 GROUP = "/apis/gpupool.io/v1alpha1"
@@ -387,3 +387,40 @@ async def test_eviction_blocked_by_a_disruption_budget_is_retried_never_forced(
     assert g.controller.stats.evictions_blocked == 2
     assert g.controller.stats.reclaims["max-share-duration"] == 0
     assert not await g.gone_or_evicted("guarded")
+
+
+async def test_control_plane_with_db_audits_binds_and_rejections(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses, tmp_path: Path
+) -> None:
+    """``gpupool control-plane --db`` (here through GPUPOOL_DB_URL) as a user runs it."""
+    await make_nodes(api, namespace, 1, gpus=2)
+    selector = {"test": namespace}
+    pods = [
+        gpu_pod("fits", gpus=1, selector=selector),
+        gpu_pod("too-big", gpus=8, selector=selector),
+    ]
+    await create_pods(api, namespace, pods)
+    url = f"sqlite+aiosqlite:///{tmp_path / 'control-plane.db'}"
+    process = schedulers.start("audited", env={"GPUPOOL_DB_URL": url})
+
+    async def bound() -> bool:
+        pod = await api.get(f"/api/v1/namespaces/{namespace}/pods/fits")
+        return bool(pod["spec"].get("nodeName"))
+
+    await wait_for(bound, 60, "the pod to be bound")
+    await asyncio.sleep(2)  # the rejection of too-big is reported in the same cycles
+    process.terminate()  # SIGTERM: the writer lands what it holds before the process exits
+    assert process.wait(30) == 0
+    engine = await open_store(url)
+    try:
+        events = await audit_events_matching(engine, AuditQuery())
+    finally:
+        await engine.dispose()
+    mine = [e for e in events if e.namespace == namespace]
+    binds = [e for e in mine if e.action is AuditAction.BIND]
+    assert [e.name for e in binds] == ["fits"]
+    assert binds[0].values["node"] == f"{namespace}-n000"
+    assert binds[0].actor == "audited"
+    rejects = [e for e in mine if e.action is AuditAction.REJECT]
+    assert [e.name for e in rejects] == ["too-big"]
+    assert "Insufficient" in rejects[0].reason
