@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -88,3 +91,40 @@ def test_short_run_gives_idle_time_back_without_false_reclaims(trace_dir: Path) 
     assert on["idle_reclaims"] > 0
     assert on["idle_gpu_hours_reclaimed"] > 0
     assert on["idle_gpu_hours"] < off["idle_gpu_hours"]
+
+
+def test_cli_adds_the_governance_keys_and_names_a_bad_share(
+    trace_dir: Path, tmp_path: Path
+) -> None:
+    base = [
+        sys.executable, "-m", "gpupool", "sim", "dynamic",
+        "--nodes", str(trace_dir / "openb_node_list_gpu_node.csv"),
+        "--pods", str(trace_dir / "openb_pod_list_default.csv"),
+        "--hours", "1.5", "--warmup", "0.5", "--scale", "0.05",
+    ]  # fmt: skip
+    out = tmp_path / "run.json"
+    done = subprocess.run(
+        [*base, "--json", str(out), "--idle-share", "0.2", "--overrun-share", "0.01"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    for key in (
+        "idle_gpu_hours",
+        "idle_gpu_hours_reclaimed",
+        "false_reclaims",
+        "gpu_hours_returned_to_waiting_pods",
+        "accounting_error_pct",
+    ):
+        assert key in report
+    assert report["false_reclaims"] == 0
+    bad = subprocess.run(
+        [*base, "--json", str(out), "--idle-share", "1.5"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode != 0
+    assert "--idle-share" in bad.stderr
