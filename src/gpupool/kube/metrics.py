@@ -6,7 +6,8 @@ informers' and the state's stats) and :class:`SchedulerCollector` turns them int
 families when Prometheus asks. Updating thousands of labelled gauges on every watch event is
 what makes exporters slow; reading a few integers per scrape costs nothing. Pending pods are
 counted by reason *category*, never by pod: a label per pod would give every pod its own time
-series.
+series. The one per-pod family, governance's ``pod_idle_seconds``, has series only for the pods
+idle now (the issue asks for it per pod), so its size follows the idle pods, not all pods.
 
 Each process has its own :class:`~prometheus_client.CollectorRegistry` (not the global one), so
 two schedulers in one test process, or a later REST API on the same server, never mix series.

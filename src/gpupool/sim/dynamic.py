@@ -13,6 +13,9 @@ scheduler makes. The workload process is :mod:`gpupool.sim.workload_process`.
   (its work is lost, and counted in ``gpu_hours_lost_to_preemption``).
 * Metrics cover ``[warmup, hours]``; queue delays include the pods still pending at the end,
   counted up to the end (a lower bound), so overload is not flattered by leaving them out.
+* With ``governance`` set, a stated share of pods lingers idle or overruns, and the governance
+  rules act on them each sample period (:mod:`gpupool.sim.governance_model`); it draws from a
+  stream of its own, so the other draws are those of the same seed without it.
 * The cluster is every ``1/scale``-th node of the openb list (name order). Each node is
   labelled ``sim.gpupool.io/group``: ``shared`` for nodes with fewer than 8 GPUs and every 8th
   node with 8 (by name), ``exclusive`` for the rest, which puts about 30% of the GPUs in the
