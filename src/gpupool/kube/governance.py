@@ -142,18 +142,12 @@ class GovernanceController:
         self._warned: dict[str, PodWarning] = {}
         self._evicted: set[str] = set()
         self.ledger = QueueLedger(writer)
-        self._audits: set[asyncio.Task[None]] = set()
         self.auditor = Auditor(writer, scheduler.config.identity)
         scheduler.on_decision = self._decided
 
     def _decided(self, pod: PodRecord, what: str, detail: str) -> None:
         """The scheduler's :data:`~gpupool.kube.live.DecisionHook`: audit a bind or rejection."""
         self.auditor.decision(pod, what, detail, self.settings, self.clock())
-
-    @property
-    def identity(self) -> str:
-        """Who decides, in Events and audit records."""
-        return self.scheduler.config.identity
 
     async def run(self) -> None:
         """Run passes while this replica leads, until cancelled."""
@@ -193,8 +187,13 @@ class GovernanceController:
                 if since is not None and pod.status.phase == "Running":
                     idle[(pod.metadata.namespace, pod.metadata.name)] = max(now - since, 0.0)
             decision = decide(facts, limits, self.config.cleanup, now)
-            if decision is not None:
+            if decision is None:
+                continue
+            try:
                 await self._carry_out(pod, decision, now)
+            except Exception as error:  # one pod's failure must not hold up the others
+                self.stats.pass_errors += 1
+                log.warning("governance on %s (%s): %r", pod.key, decision.rule.value, error)
         self.stats.idle_seconds = idle
         await self._release_phantoms(now)
         self.stats.queue_gpu_hours = await self.ledger.update(
