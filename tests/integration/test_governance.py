@@ -166,7 +166,9 @@ async def governed(api: KubeAPI, namespace: str, tmp_path: Path) -> AsyncIterato
     config = LiveConfig(identity=f"gov-{namespace}", scheduler_name=f"gov-{namespace}")
     scheduler = LiveScheduler(api, config, signer=RecordSigner(b"governance-test-key-0123456789ab"))
     clock = Clock()
-    controller = GovernanceController(scheduler, GovernanceConfig(interval=3600), writer, clock)
+    controller = GovernanceController(
+        scheduler, GovernanceConfig(interval=3600, phantom_interval=0), writer, clock
+    )
     informers = asyncio.create_task(scheduler.run_informers())
     lead = asyncio.create_task(scheduler.lead())
     try:

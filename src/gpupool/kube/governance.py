@@ -88,14 +88,19 @@ class GovernanceConfig:
     Attributes:
         interval: Seconds between passes.
         cleanup: When a pod counts as abnormal.
+        phantom_interval: Least seconds between two phantom checks (each LISTs every pod, so
+            on a large cluster it runs less often than the passes; 0: every pass).
     """
 
     interval: float = 5.0
     cleanup: CleanupLimits = field(default_factory=CleanupLimits)
+    phantom_interval: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.interval > 0:
             raise ValueError(f"interval: must be > 0, got {self.interval}")
+        if not self.phantom_interval >= 0:
+            raise ValueError(f"phantom_interval: must be >= 0, got {self.phantom_interval}")
 
 
 @dataclass
@@ -141,6 +146,7 @@ class GovernanceController:
         self._last_active: dict[str, float | None] = {}
         self._warned: dict[str, PodWarning] = {}
         self._evicted: set[str] = set()
+        self._next_phantom_check = 0.0
         self.ledger = QueueLedger(writer)
         self.auditor = Auditor(writer, scheduler.config.identity)
         scheduler.on_decision = self._decided
@@ -195,7 +201,9 @@ class GovernanceController:
                 self.stats.pass_errors += 1
                 log.warning("governance on %s (%s): %r", pod.key, decision.rule.value, error)
         self.stats.idle_seconds = idle
-        await self._release_phantoms(now)
+        if time.monotonic() >= self._next_phantom_check:
+            self._next_phantom_check = time.monotonic() + self.config.phantom_interval
+            await self._release_phantoms(now)
         self.stats.queue_gpu_hours = await self.ledger.update(
             self.scheduler.state, self.settings, self._trusted_record, now
         )
