@@ -54,9 +54,12 @@ def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
 
 
 def _value(
-    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float],
+    name: str,
+    prefix: str = P,
+    **labels: str,
 ) -> float:
-    return samples[(P + name, frozenset(labels.items()))]
+    return samples[(prefix + name, frozenset(labels.items()))]
 
 
 async def test_metrics_health_and_readiness_of_leader_and_standby(
@@ -100,8 +103,11 @@ async def test_metrics_health_and_readiness_of_leader_and_standby(
     assert _value(samples, "leader") == 1
     assert _value(samples, "allocation_conflicts_total") == 0
     assert _value(samples, "relists_total", resource="pods") >= 0
-    labels = {name for _, pairs in samples for name, _ in pairs}
+    labels = {name for key, pairs in samples if key.startswith(P) for name, _ in pairs}
     assert labels == {"result", "reason", "resource", "le"}  # never a pod or a namespace
+    # governance: counters by rule; per-pod idle seconds only for pods idle now (none here)
+    assert _value(samples, "reclaims_total", prefix="gpupool_governance_", rule="idle") == 0
+    assert not [key for key, _ in samples if key.endswith("pod_idle_seconds")]
     standby = _samples(standby_text)
     assert _value(standby, "leader") == 0
     assert _value(standby, "binds_total") == 0

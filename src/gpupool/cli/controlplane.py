@@ -38,6 +38,30 @@ def control_plane(
         bool,
         typer.Option(help="Also serve the REST API (/api/v1) and dashboard (/) there."),
     ] = True,
+    db: Annotated[
+        str,
+        typer.Option(
+            "--db",
+            envvar="GPUPOOL_DB_URL",
+            help="Audit store URL (sqlite+aiosqlite:///PATH or postgresql+asyncpg://...); "
+            "'' (default): no audit records.",
+        ),
+    ] = "",
+    governance: Annotated[
+        bool, typer.Option(help="Run the governance controller (idle, limits, cleanup).")
+    ] = True,
+    governance_interval: Annotated[
+        float, typer.Option(help="Seconds between governance passes.")
+    ] = 5.0,
+    crash_loop_restarts: Annotated[
+        int, typer.Option(help="Restarts after which a CrashLoopBackOff pod is cleaned up.")
+    ] = 5,
+    not_running_timeout: Annotated[
+        float, typer.Option(help="Seconds a bound pod may stay not Running.")
+    ] = 900.0,
+    node_not_ready_timeout: Annotated[
+        float, typer.Option(help="Seconds a pod's node may stay NotReady.")
+    ] = 300.0,
 ) -> None:
     """Run the scheduler live: one active replica per Lease, the others on standby."""
     from gpupool.cli.options import fail
@@ -94,8 +118,38 @@ def control_plane(
                 f"or pass --no-api: {error}"
             ) from None
         face = live_face
+    governance_config = None
+    if governance:
+        from gpupool.governance.rules import CleanupLimits, GovernanceSettingsError
+        from gpupool.kube.governance import GovernanceConfig
+
+        try:
+            limits = CleanupLimits(crash_loop_restarts, not_running_timeout, node_not_ready_timeout)
+            governance_config = GovernanceConfig(governance_interval, limits)
+        except GovernanceSettingsError as error:
+            option = {
+                "crashLoopRestarts": "--crash-loop-restarts",
+                "notRunningTimeout": "--not-running-timeout",
+                "nodeNotReadyTimeout": "--node-not-ready-timeout",
+            }.get(error.field_name, error.field_name)
+            raise fail(f"{option}: {str(error).split(': ', 1)[1]}") from None
+        except ValueError as error:
+            raise fail(f"--governance-interval: {error}") from None
+    if db:
+        from gpupool.store.engine import StoreURLError, store_url
+
+        try:
+            store_url(db)
+        except StoreURLError as error:
+            raise fail(f"--db: {error}") from None
     config = ServiceConfig(
-        kubeconfig=kubeconfig, live=live, lease=lease, http_address=address, face=face
+        kubeconfig=kubeconfig,
+        live=live,
+        lease=lease,
+        http_address=address,
+        face=face,
+        governance=governance_config,
+        db_url=db or None,
     )
     try:
         code = asyncio.run(serve(config))

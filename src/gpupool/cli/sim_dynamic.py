@@ -38,6 +38,16 @@ def sim_dynamic(
     scale: Annotated[float, typer.Option(help="Fraction of the nodes simulated.")] = 0.25,
     policy: Annotated[str, typer.Option(help="Placement policy.")] = "default",
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of the delays here.")] = None,
+    idle_share: Annotated[
+        float, typer.Option(help="Share of pods that linger idle after their work (0..1).")
+    ] = 0.0,
+    overrun_share: Annotated[
+        float, typer.Option(help="Share of pods that hold their GPUs past maxShareDuration.")
+    ] = 0.0,
+    governance: Annotated[
+        bool,
+        typer.Option(help="Apply the governance rules (with --idle-share/--overrun-share)."),
+    ] = True,
 ) -> None:
     """Poisson arrivals at --load, trace shapes, lognormal durations, pools and team queues."""
     from gpupool.policy.config import PolicyConfigError
@@ -55,7 +65,12 @@ def sim_dynamic(
         raise fail(
             f"--policy: unknown policy {policy!r}; choose one of {', '.join(policy_names())}"
         )
+    from gpupool.sim.governance_model import GovernanceModel
+
     try:
+        model = None
+        if idle_share or overrun_share:
+            model = GovernanceModel(idle_share, overrun_share, enforce=governance)
         settings = DynamicSettings(
             rho=load,
             hours=hours,
@@ -65,9 +80,15 @@ def sim_dynamic(
             warmup_hours=warmup,
             scale=scale,
             policy=policy,
+            governance=model,
         )
     except ValueError as error:
-        options = {"rho": "--load", "warmup_hours": "--warmup"}
+        options = {
+            "rho": "--load",
+            "warmup_hours": "--warmup",
+            "idle_share": "--idle-share",
+            "overrun_share": "--overrun-share",
+        }
         name, _, message = str(error).partition(": ")
         raise fail(f"{options.get(name, '--' + name)}: {message}") from None
     try:

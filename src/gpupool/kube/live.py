@@ -45,7 +45,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,6 +86,10 @@ FAILPOINT_RAISE_LABEL = "GPUPOOL_FAILPOINT_RAISE_LABEL"
 It exists so that tests can prove one failing pod does not stop the others; it is read once at
 start and does nothing unless set.
 """
+
+DecisionHook = Callable[[PodRecord, str, str], None]
+"""Called as ``hook(pod, "bind" | "reject", detail)`` after a bind lands or a pod is reported
+unschedulable with a new reason (the governance controller audits these)."""
 
 LIVE_POLICIES = ("default", "bestfit", "packing", "dotprod", "clustering", "random")
 """Policies that need no workload known in advance (FGD's typical pods come from a trace)."""
@@ -163,6 +167,7 @@ class LiveScheduler:
     stats: LiveStats = field(default_factory=LiveStats)
     metrics: SchedulingMetrics = field(default_factory=SchedulingMetrics)
     leading: bool = False
+    on_decision: DecisionHook | None = None
 
     def __post_init__(self) -> None:
         self.reports = PodReporter(self.api, self.config.identity)
@@ -433,6 +438,8 @@ class LiveScheduler:
         ]
 
     def _report_pending(self, pod: PodRecord, message: str) -> None:
+        if self.on_decision is not None:
+            self.on_decision(pod, "reject", message)
         self.reports.event(pod, "Warning", "FailedScheduling", message)
         self.reports.unschedulable(pod, message)
 
@@ -474,6 +481,8 @@ class LiveScheduler:
                 "Scheduled",
                 f"Successfully assigned {pod.key} to {decision.node_name} (GPUs {gpus})",
             )
+            if self.on_decision is not None:
+                self.on_decision(pod, "bind", f"node={decision.node_name} gpus={gpus}")
             return
         self.metrics.bind_failed(result.reason)
         self.state.forget(uid)

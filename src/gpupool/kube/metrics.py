@@ -6,7 +6,8 @@ informers' and the state's stats) and :class:`SchedulerCollector` turns them int
 families when Prometheus asks. Updating thousands of labelled gauges on every watch event is
 what makes exporters slow; reading a few integers per scrape costs nothing. Pending pods are
 counted by reason *category*, never by pod: a label per pod would give every pod its own time
-series.
+series. The one per-pod family, governance's ``pod_idle_seconds``, has series only for the pods
+idle now (the issue asks for it per pod), so its size follows the idle pods, not all pods.
 
 Each process has its own :class:`~prometheus_client.CollectorRegistry` (not the global one), so
 two schedulers in one test process, or a later REST API on the same server, never mix series.
@@ -27,6 +28,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from gpupool.governance.decisions import CLEANUP_RULES, RECLAIM_RULES, Rule
+from gpupool.kube.governance import GovernanceController
 from gpupool.kube.live import LiveScheduler
 
 Family = TypeVar("Family", CounterMetricFamily, GaugeMetricFamily)
@@ -80,9 +83,15 @@ class SchedulerCollector(Collector):
         leading: Whether this replica holds the Lease now.
     """
 
-    def __init__(self, scheduler: LiveScheduler, leading: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        scheduler: LiveScheduler,
+        leading: Callable[[], bool],
+        governance: GovernanceController | None = None,
+    ) -> None:
         self.scheduler = scheduler
         self.leading = leading
+        self.governance = governance
 
     def collect(self) -> Iterator[Metric]:
         """Yield every family (called by the registry on each scrape)."""
@@ -146,10 +155,67 @@ class SchedulerCollector(Collector):
             "Bound pods whose allocation could not be held: GPUs already taken, or a bad record.",
             value=scheduler.state.stats.conflicts,
         )
+        if self.governance is not None:
+            yield from _governance_families(self.governance)
 
 
-def scheduler_registry(scheduler: LiveScheduler, leading: Callable[[], bool]) -> CollectorRegistry:
-    """A registry of its own holding only the scheduler's collector."""
+GOVERNANCE_PREFIX = "gpupool_governance_"
+
+
+def _governance_families(controller: GovernanceController) -> Iterator[Metric]:
+    """Governance's families.
+
+    Idle seconds are per pod, but only for pods idle *now*: a pod that is active or gone has no
+    series, so the number of series is bounded by the idle pods.
+    """
+    stats = controller.stats
+    idle = GaugeMetricFamily(
+        f"{GOVERNANCE_PREFIX}pod_idle_seconds",
+        "Seconds a pod's GPU use has stayed under its pool's idle threshold (idle pods only).",
+        labels=["namespace", "pod"],
+    )
+    for (namespace, pod), seconds in sorted(stats.idle_seconds.items()):
+        idle.add_metric([namespace, pod], seconds)
+    yield idle
+    for name, counts, rules, what in (
+        ("warnings", stats.warnings, RECLAIM_RULES, "Warnings given before a reclaim"),
+        ("reclaims", stats.reclaims, RECLAIM_RULES, "Pods evicted after their warning"),
+        ("cleanups", stats.cleanups, CLEANUP_RULES, "Abnormal pods evicted"),
+    ):
+        yield _by_label(
+            CounterMetricFamily(f"{GOVERNANCE_PREFIX}{name}", f"{what}, by rule.", labels=["rule"]),
+            {rule.value: counts[rule.value] for rule in rules},
+        )
+    yield _by_label(
+        CounterMetricFamily(
+            f"{GOVERNANCE_PREFIX}releases",
+            "Phantom allocations released (pods gone, finished or bound elsewhere), by rule.",
+            labels=["rule"],
+        ),
+        {Rule.PHANTOM.value: stats.releases},
+    )
+    yield CounterMetricFamily(
+        f"{GOVERNANCE_PREFIX}evictions_blocked",
+        "Evictions refused for now (a PodDisruptionBudget, 429) and tried again later.",
+        value=stats.evictions_blocked,
+    )
+    hours = CounterMetricFamily(
+        f"{GOVERNANCE_PREFIX}queue_gpu_hours",
+        "GPU-hours held per queue since this replica started counting (gpupool.governance "
+        "accounting of the allocations it saw).",
+        labels=["queue"],
+    )
+    for queue, value in sorted(stats.queue_gpu_hours.items()):
+        hours.add_metric([queue], value)
+    yield hours
+
+
+def scheduler_registry(
+    scheduler: LiveScheduler,
+    leading: Callable[[], bool],
+    governance: GovernanceController | None = None,
+) -> CollectorRegistry:
+    """A registry of its own holding only the scheduler's (and governance's) collector."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SchedulerCollector(scheduler, leading))
+    registry.register(SchedulerCollector(scheduler, leading, governance))
     return registry

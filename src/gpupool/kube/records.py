@@ -104,10 +104,31 @@ class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
     scheduling_gates: list[dict[str, str]] = []
 
 
-class PodStatusRecord(msgspec.Struct, frozen=True):
-    """The pod status fields the scheduler reads."""
+class ContainerStateWaiting(msgspec.Struct, frozen=True):
+    """Why a container is not running (``CrashLoopBackOff``, ``ImagePullBackOff``, ...)."""
+
+    reason: str = ""
+
+
+class ContainerState(msgspec.Struct, frozen=True):
+    """The part of a container's state governance reads."""
+
+    waiting: ContainerStateWaiting | None = None
+
+
+class ContainerStatus(msgspec.Struct, frozen=True, rename="camel"):
+    """One container's restarts and state (governance's abnormal-pod rules read them)."""
+
+    name: str = ""
+    restart_count: int = 0
+    state: ContainerState = ContainerState()
+
+
+class PodStatusRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """The pod status fields the scheduler and governance read."""
 
     phase: str = "Pending"
+    container_statuses: list[ContainerStatus] = []
 
 
 class PodRecord(KubeObject, frozen=True):
@@ -142,11 +163,12 @@ class NodeSpecRecord(msgspec.Struct, frozen=True):
     taints: list[Taint] = []
 
 
-class NodeCondition(msgspec.Struct, frozen=True):
+class NodeCondition(msgspec.Struct, frozen=True, rename="camel"):
     """One node condition."""
 
     type: str = ""
     status: str = ""
+    last_transition_time: str = ""
 
 
 class NodeStatusRecord(msgspec.Struct, frozen=True):

@@ -19,19 +19,24 @@ import os
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx2
 from starlette.types import ASGIApp
 
 from gpupool.kube.api import ApiError, KubeAPI
+from gpupool.kube.governance import GovernanceConfig, GovernanceController
 from gpupool.kube.http import HttpServer, build_app
 from gpupool.kube.leader import LeaderElector, LeaseConfig
 from gpupool.kube.live import LiveConfig, LiveScheduler
 from gpupool.kube.metrics import scheduler_registry
 from gpupool.kube.signing import RecordSigner, load_signing_key
 from gpupool.kube.writes import REPORT_WORKERS
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +96,8 @@ class ServiceConfig:
             free port, logged); ``None``: no HTTP server.
         face: Builds the REST API and dashboard for the replica's scheduler and API client
             (:func:`gpupool.api.app.create_face`), served on the same address; ``None``: none.
+        governance: The governance controller (:mod:`gpupool.kube.governance`); ``None``: off.
+        db_url: The audit and accounting store; ``None``: no audit records (Events and logs).
     """
 
     kubeconfig: Path | None
@@ -98,12 +105,33 @@ class ServiceConfig:
     lease: LeaseConfig
     http_address: tuple[str, int] | None = ("127.0.0.1", 9402)
     face: Callable[[LiveScheduler, KubeAPI], ASGIApp] | None = None
+    governance: GovernanceConfig | None = field(default_factory=GovernanceConfig)
+    db_url: str | None = None
 
     def connect(self, timeout: float = 30.0, connections: int = 16) -> KubeAPI:
         """A client for the cluster, from the kubeconfig or in-cluster."""
         if self.kubeconfig is None:
             return KubeAPI.in_cluster(timeout=timeout, connections=connections)
         return KubeAPI.from_kubeconfig(self.kubeconfig, timeout=timeout, connections=connections)
+
+
+async def _migrate(engine: AsyncEngine) -> None:
+    """Bring the store's schema up to date, retrying while the database is down.
+
+    The writer buffers and retries meanwhile, so the scheduler never waits for the database
+    and no record is lost while it is away.
+    """
+    from gpupool.store.engine import upgrade
+
+    delay = 0.5
+    while True:
+        try:
+            await upgrade(engine)
+            return
+        except Exception as error:
+            log.warning("audit store not reachable yet: %s", error)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 30.0)
 
 
 async def serve(config: ServiceConfig) -> int:
@@ -118,6 +146,19 @@ async def serve(config: ServiceConfig) -> int:
     api = config.connect(connections=config.live.bind_concurrency + REPORT_WORKERS + 4)
     signer = RecordSigner(await _signing_key(api, config.lease.namespace))
     scheduler = LiveScheduler(api, config.live, signer=signer)
+    engine, writer = None, None
+    if config.db_url is not None:
+        from gpupool.store.engine import create_engine
+        from gpupool.store.writer import StoreWriter
+
+        engine = create_engine(config.db_url)
+        writer = StoreWriter(engine)
+        writer.start()
+    governance = (
+        GovernanceController(scheduler, config.governance, writer)
+        if config.governance is not None
+        else None
+    )
     # its own connections: a renewal must never queue behind a burst of binds
     lease_api = config.connect(timeout=config.lease.renew_deadline)
     elector = LeaderElector(lease_api, config.live.identity, config.lease)
@@ -125,7 +166,7 @@ async def serve(config: ServiceConfig) -> int:
     http: HttpServer | None = None
     if config.http_address is not None:
         app = build_app(
-            scheduler_registry(scheduler, lambda: role.leading),
+            scheduler_registry(scheduler, lambda: role.leading, governance),
             lambda: _readiness(scheduler, role),
             config.face(scheduler, api) if config.face is not None else None,
         )
@@ -143,6 +184,14 @@ async def serve(config: ServiceConfig) -> int:
     informers = asyncio.create_task(scheduler.run_informers())
     campaign = asyncio.create_task(_campaign_forever(elector, scheduler, role))
     stopping = asyncio.create_task(stop.wait())
+    background = [
+        asyncio.create_task(work)
+        for work in (
+            governance.run() if governance is not None else None,
+            _migrate(engine) if engine is not None else None,
+        )
+        if work is not None
+    ]
     serving = asyncio.create_task(http.serve() if http is not None else stop.wait())
     log.info(
         "%s: scheduling pods with schedulerName=%s",
@@ -162,10 +211,17 @@ async def serve(config: ServiceConfig) -> int:
             http.stop()  # finishes open requests; a probe during shutdown still gets an answer
         else:
             serving.cancel()
-        for task in (campaign, informers, stopping):
+        for task in (campaign, informers, stopping, *background):
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(campaign, informers, stopping, serving, return_exceptions=True)
+            await asyncio.gather(
+                campaign, informers, stopping, serving, *background, return_exceptions=True
+            )
+        if writer is not None and engine is not None:
+            left = await writer.close(timeout=10.0)
+            if left:
+                log.error("audit store unreachable: %d records not written", left)
+            await engine.dispose()
         await elector.release()
         await api.close()
         await lease_api.close()

@@ -46,3 +46,7 @@ ANNOTATION_GPU_USAGE = "gpupool.io/gpu-usage"
 """Node annotation written by the node agent: per-pod GPU usage, the idle-detection signal
 (JSON ``{"sampledAt", "pods": {uid: {"smPercent", "memoryMib", "lastActive"}}}``)."""
 AGENT_FIELD_MANAGER = "gpupool-agent"
+ANNOTATION_GOVERNANCE_WARNED = "gpupool.io/governance-warned"
+"""Pod annotation written by the governance controller: ``<rule>@<RFC 3339 time>`` of the
+warning it gave (idle or past its share duration); the pod is reclaimed after the grace period
+unless the rule stops firing."""

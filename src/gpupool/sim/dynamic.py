@@ -13,6 +13,9 @@ scheduler makes. The workload process is :mod:`gpupool.sim.workload_process`.
   (its work is lost, and counted in ``gpu_hours_lost_to_preemption``).
 * Metrics cover ``[warmup, hours]``; queue delays include the pods still pending at the end,
   counted up to the end (a lower bound), so overload is not flattered by leaving them out.
+* With ``governance`` set, a stated share of pods lingers idle or overruns, and the governance
+  rules act on them each sample period (:mod:`gpupool.sim.governance_model`); it draws from a
+  stream of its own, so the other draws are those of the same seed without it.
 * The cluster is every ``1/scale``-th node of the openb list (name order). Each node is
   labelled ``sim.gpupool.io/group``: ``shared`` for nodes with fewer than 8 GPUs and every 8th
   node with 8 (by name), ``exclusive`` for the rest, which puts about 30% of the GPUs in the
@@ -43,6 +46,7 @@ from gpupool.policy.units import MILLI_UNITS
 from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.engine import Admit, CycleRequest, EngineOptions, PolicyEngine, Preempt
 from gpupool.scheduling.registry import PolicyContext, build_policy
+from gpupool.sim.governance_model import GovernanceModel, GovernanceSim
 from gpupool.sim.workload_process import Arrival, ArrivalProcess
 
 CYCLE_SECONDS = 20.0
@@ -66,6 +70,7 @@ class DynamicSettings:
         warmup_hours: Hours left out of the metrics.
         scale: Fraction of the node list simulated (every ``1/scale``-th node).
         policy: Placement policy name.
+        governance: Pods that go idle or overrun, and the governance rules (None: neither).
     """
 
     rho: float
@@ -76,6 +81,7 @@ class DynamicSettings:
     warmup_hours: float = 3.0
     scale: float = 0.25
     policy: str = "default"
+    governance: GovernanceModel | None = None
 
     def __post_init__(self) -> None:
         checks = (
@@ -173,6 +179,10 @@ def run_dynamic(
     process = ArrivalProcess(shapes, snapshot.total_gpus, settings.rho, arrivals_rng)
     end = settings.hours * 3600.0
     tally = _Tally(start=settings.warmup_hours * 3600.0, end=end)
+    governance = None
+    if settings.governance is not None:  # its own stream: the other draws stay as they were
+        governance_rng = np.random.default_rng(np.random.SeedSequence(settings.seed).spawn(4)[3])
+        governance = GovernanceSim(settings.governance, governance_rng, (tally.start, end))
     tally.queue_integral = np.zeros(len(tables.queues))
     ledger = policy.new_ledger()
     runtimes = RuntimeEstimator()
@@ -212,6 +222,8 @@ def run_dynamic(
             workload = upcoming.workload
             pending[workload.name] = workload
             durations[workload.name] = upcoming.duration
+            if governance is not None:
+                durations[workload.name] = governance.hold_time(workload.name, upcoming.duration)
             arrived_queue[tables.queue_of(workload.namespace)] += 1
             engine.observe(workload)
             upcoming = process.next()
@@ -223,12 +235,21 @@ def run_dynamic(
             finished = running.pop(name)
             snapshot.release(name)
             ledger.remove(finished)
+            if governance is not None:
+                governance.ended(name, now)
             runtimes.observe_completion(
                 finished.workload, tables.queues[finished.queue].name, now - finished.started_at
             )
             dirty = True
         else:
             push(now + CYCLE_SECONDS, _TICK)
+            if governance is not None:
+                for victim in governance.tick(now, len(pending)):
+                    ledger.remove(running.pop(victim))
+                    snapshot.release(victim)
+                    run_token[victim] = run_token.get(victim, 0) + 1  # its completion is stale
+                    governance.ended(victim, now)
+                    dirty = True
             if not dirty or not pending:
                 continue
             dirty = False
@@ -257,6 +278,8 @@ def run_dynamic(
                         running[workload.name] = record
                         ledger.add(record)
                         del pending[workload.name]
+                        if governance is not None:
+                            governance.started(workload.name, now, decision.units)
                         token_value = run_token.get(workload.name, 0) + 1
                         run_token[workload.name] = token_value
                         push(
@@ -277,6 +300,8 @@ def run_dynamic(
                             snapshot.release(victim)
                             ledger.remove(evicted)
                             run_token[victim] = run_token.get(victim, 0) + 1
+                            if governance is not None:
+                                governance.ended(victim, now)
                             pending[victim] = evicted.workload
                             if now >= tally.start:
                                 tally.preemptions[decision.rule.value] += 1
@@ -301,7 +326,7 @@ def run_dynamic(
             shares[queue_spec.name] = average / float(tables.weight[q])
     values = np.array(list(shares.values()))
     jain = float(values.sum() ** 2 / (len(values) * (values**2).sum())) if values.any() else None
-    return {
+    report: dict[str, Any] = {
         "rho": settings.rho,
         "hours": settings.hours,
         "warmup_hours": settings.warmup_hours,
@@ -331,6 +356,10 @@ def run_dynamic(
         "wall_seconds": time.perf_counter() - started_wall,
         "seeds": [settings.seed],
     }
+    if governance is not None:
+        allocated_gpu_hours = tally.used_integral / MILLI_UNITS / 3600.0
+        report.update(governance.report(end, allocated_gpu_hours))
+    return report
 
 
 def mean_or_none(values: Sequence[float | None]) -> float | None:
