@@ -13,6 +13,10 @@ scheduler makes. The workload process is :mod:`gpupool.sim.workload_process`.
   (its work is lost, and counted in ``gpu_hours_lost_to_preemption``).
 * Metrics cover ``[warmup, hours]``; queue delays include the pods still pending at the end,
   counted up to the end (a lower bound), so overload is not flattered by leaving them out.
+  Delays are also split by request size and by urgency (pod priority above 0), and
+  ``guarantee_shortfall_gpu_hours`` integrates, over queues with pending pods, how far they
+  are below their guarantee in pools where some queue borrows above its own: what reclaim is
+  there to remove.
 * The cluster is every ``1/scale``-th node of the openb list (name order). Each node is
   labelled ``sim.gpupool.io/group``: ``shared`` for nodes with fewer than 8 GPUs and every 8th
   node with 8 (by name), ``exclusive`` for the rest, which puts about 30% of the GPUs in the
@@ -115,18 +119,23 @@ class _Tally:
     queue_integral: Any = None
     delays: defaultdict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     delays_by_size: defaultdict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    delays_by_priority: defaultdict[str, list[float]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    shortfall_integral: float = 0.0
     preemptions: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
     gpu_seconds_lost: float = 0.0
     overrun: int = 0
     backfilled: int = 0
     started: int = 0
 
-    def advance(self, now: float, used_per_queue: Any) -> None:
+    def advance(self, now: float, used_per_queue: Any, shortfall: float) -> None:
         low, high = max(self.last, self.start), min(now, self.end)
         if high > low:
             span = high - low
             self.used_integral += float(used_per_queue.sum()) * span
             self.queue_integral = self.queue_integral + used_per_queue * span
+            self.shortfall_integral += shortfall * span
         self.last = now
 
 
@@ -197,6 +206,16 @@ def run_dynamic(
             return
         tally.delays[tables.queues[queue].name].append(waited)
         tally.delays_by_size[_size(units)].append(waited)
+        tally.delays_by_priority["urgent" if workload.priority else "normal"].append(waited)
+
+    waiting = np.zeros(len(tables.queues), dtype=np.int64)
+
+    def shortfall() -> float:
+        """GPU units queues with pending pods lack to their guarantees while others borrow."""
+        below = np.maximum(tables.guaranteed - ledger.used, 0)
+        borrowing = np.any(ledger.used > tables.guaranteed, axis=0)
+        lacking = below * borrowing.reshape(1, -1)
+        return float(lacking[waiting > 0].sum()) / MILLI_UNITS
 
     first: Arrival = process.next()
     push(first.at, _ARRIVAL)
@@ -207,12 +226,13 @@ def run_dynamic(
         now, _, kind, name, token = heapq.heappop(events)
         if now > end:
             break
-        tally.advance(now, ledger.used.sum(axis=1))
+        tally.advance(now, ledger.used.sum(axis=1), shortfall())
         if kind == _ARRIVAL:
             workload = upcoming.workload
             pending[workload.name] = workload
             durations[workload.name] = upcoming.duration
             arrived_queue[tables.queue_of(workload.namespace)] += 1
+            waiting[tables.queue_of(workload.namespace)] += 1
             engine.observe(workload)
             upcoming = process.next()
             push(upcoming.at, _ARRIVAL)
@@ -257,6 +277,7 @@ def run_dynamic(
                         running[workload.name] = record
                         ledger.add(record)
                         del pending[workload.name]
+                        waiting[decision.queue] -= 1
                         token_value = run_token.get(workload.name, 0) + 1
                         run_token[workload.name] = token_value
                         push(
@@ -278,6 +299,7 @@ def run_dynamic(
                             ledger.remove(evicted)
                             run_token[victim] = run_token.get(victim, 0) + 1
                             pending[victim] = evicted.workload
+                            waiting[evicted.queue] += 1
                             if now >= tally.start:
                                 tally.preemptions[decision.rule.value] += 1
                                 tally.gpu_seconds_lost += (
@@ -286,7 +308,7 @@ def run_dynamic(
                 tally.overrun = max(tally.overrun, ledger.overrun(tables))
                 if not preempted:
                     break
-    tally.advance(end, ledger.used.sum(axis=1))
+    tally.advance(end, ledger.used.sum(axis=1), shortfall())
     for workload in pending.values():
         if workload.name in first_start:
             continue
@@ -318,6 +340,10 @@ def run_dynamic(
         "queue_delay_s_by_size": {
             size: _percentiles(v) for size, v in sorted(tally.delays_by_size.items())
         },
+        "queue_delay_s_by_priority": {
+            level: _percentiles(v) for level, v in sorted(tally.delays_by_priority.items())
+        },
+        "guarantee_shortfall_gpu_hours": tally.shortfall_integral / 3600.0,
         "jain_fairness": jain,
         "weighted_dominant_share": shares,
         "preemptions": sum(tally.preemptions.values()),
