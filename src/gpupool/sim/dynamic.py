@@ -14,9 +14,10 @@ scheduler makes. The workload process is :mod:`gpupool.sim.workload_process`.
 * Metrics cover ``[warmup, hours]``; queue delays include the pods still pending at the end,
   counted up to the end (a lower bound), so overload is not flattered by leaving them out.
   Delays are also split by request size and by urgency (pod priority above 0), and
-  ``guarantee_shortfall_gpu_hours`` integrates, over queues with pending pods, how far they
-  are below their guarantee in pools where some queue borrows above its own: what reclaim is
-  there to remove.
+  ``guarantee_shortfall_gpu_hours`` integrates, over queues that still have pending pods after
+  a scheduling cycle, how far they are below their guarantee in pools where some queue borrows
+  above its own: what reclaim is there to remove (measured after cycles, so a pod waiting for
+  the next cycle does not count).
 * The cluster is every ``1/scale``-th node of the openb list (name order). Each node is
   labelled ``sim.gpupool.io/group``: ``shared`` for nodes with fewer than 8 GPUs and every 8th
   node with 8 (by name), ``exclusive`` for the rest, which puts about 30% of the GPUs in the
@@ -217,6 +218,7 @@ def run_dynamic(
         lacking = below * borrowing.reshape(1, -1)
         return float(lacking[waiting > 0].sum()) / MILLI_UNITS
 
+    lacking = 0.0
     first: Arrival = process.next()
     push(first.at, _ARRIVAL)
     upcoming = first
@@ -226,7 +228,7 @@ def run_dynamic(
         now, _, kind, name, token = heapq.heappop(events)
         if now > end:
             break
-        tally.advance(now, ledger.used.sum(axis=1), shortfall())
+        tally.advance(now, ledger.used.sum(axis=1), lacking)
         if kind == _ARRIVAL:
             workload = upcoming.workload
             pending[workload.name] = workload
@@ -308,7 +310,8 @@ def run_dynamic(
                 tally.overrun = max(tally.overrun, ledger.overrun(tables))
                 if not preempted:
                     break
-    tally.advance(end, ledger.used.sum(axis=1), shortfall())
+            lacking = shortfall()  # measured after a cycle: pods it could not start
+    tally.advance(end, ledger.used.sum(axis=1), lacking)
     for workload in pending.values():
         if workload.name in first_start:
             continue
