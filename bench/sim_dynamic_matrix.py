@@ -73,6 +73,7 @@ def _cell(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "jain_fairness",
             "preemptions",
             "gpu_hours_lost_to_preemption",
+            "guarantee_shortfall_gpu_hours",
             "quota_overrun_max",
             "backfilled",
             "pending_at_end",
@@ -85,6 +86,12 @@ def _cell(runs: list[dict[str, Any]]) -> dict[str, Any]:
         size: {pct: _stats([delay(r, "queue_delay_s_by_size", size, pct) for r in runs])
                for pct in ("p50", "p95")}
         for size in sizes
+    }  # fmt: skip
+    levels = sorted({level for run in runs for level in run["queue_delay_s_by_priority"]})
+    cell["queue_delay_s_by_priority"] = {
+        level: {pct: _stats([delay(r, "queue_delay_s_by_priority", level, pct) for r in runs])
+                for pct in ("p50", "p95")}
+        for level in levels
     }  # fmt: skip
     cell["queue_delay_s"] = {
         name: {pct: _stats([delay(r, "queue_delay_s", name, pct) for r in runs])
@@ -168,17 +175,21 @@ def _fmt(cell: dict[str, Any], digits: int = 1) -> str:
 def table(cells: dict[str, dict[str, Any]]) -> str:
     """The markdown table of docs/benchmarks.md."""
     lines = [
-        "| load | mechanisms | GPU util % | small p95 delay s | large p95 delay s | Jain | "
-        "preemptions | GPU-h lost | quota overrun |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| load | mechanisms | GPU util % | small p95 delay s | large p95 delay s | "
+        "urgent p95 delay s | guarantee shortfall GPU-h | Jain | preemptions | GPU-h lost | "
+        "quota overrun |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, cell in cells.items():
         rho, variant = key.split("/")
         sizes = cell["queue_delay_s_by_size"]
         small = _fmt(sizes["small"]["p95"], 0) if "small" in sizes else "n/a"
         large = _fmt(sizes["large"]["p95"], 0) if "large" in sizes else "n/a"
+        urgent = cell["queue_delay_s_by_priority"].get("urgent")
+        urgent_p95 = _fmt(urgent["p95"], 0) if urgent else "n/a"
         lines.append(
             f"| {rho} | {variant} | {_fmt(cell['gpu_utilisation'])} | {small} | {large} | "
+            f"{urgent_p95} | {_fmt(cell['guarantee_shortfall_gpu_hours'])} | "
             f"{_fmt(cell['jain_fairness'], 3)} | {_fmt(cell['preemptions'], 0)} | "
             f"{_fmt(cell['gpu_hours_lost_to_preemption'])} | "
             f"{cell['quota_overrun_max']['mean']:g} |"

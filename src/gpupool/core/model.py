@@ -111,8 +111,14 @@ class PodSpec:
     gpu_models: frozenset[str] = field(default_factory=frozenset)
     mig_profile: str = ""
     workload_class: str = ""
+    _kind: RequestKind = field(default=RequestKind.NONE, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self._validate()
+        # derived once: every filter, score and policy rule asks for it
+        object.__setattr__(self, "_kind", self._derive_kind())
+
+    def _validate(self) -> None:
         owner = f"pod {self.name!r}"
         if not self.name:
             raise InvalidSpecError("pod", "name", "must not be empty")
@@ -136,6 +142,9 @@ class PodSpec:
     @property
     def kind(self) -> RequestKind:
         """The request shape, derived from the fields."""
+        return self._kind
+
+    def _derive_kind(self) -> RequestKind:
         if self.mig_profile:
             return RequestKind.MIG
         if self.gpu_count == 0:

@@ -157,7 +157,8 @@ class CycleRequest:
         ledger: What each queue holds now.
         now: Seconds.
         nominations: Pod name to the node its preemption freed (from earlier cycles).
-        runtimes: Runtime estimates for backfill (a fresh estimator when omitted).
+        runtimes: Runtime estimates for backfill (when omitted, an estimator that has learned
+            nothing: every undeclared runtime is the default).
         reservations: The previous cycle's reservations. A pool's reservation stays with its
             pod while that pod is pending and the reserved start lies ahead (completions only
             move it earlier and backfill never moves it later); then the pool's current blocked
@@ -205,6 +206,18 @@ class PolicyEngine:
         self.policy = policy
         self.options = options or EngineOptions()
         self._routes: dict[tuple[object, ...], tuple[int, ...] | str] = {}
+        self.populated_pools = int(np.count_nonzero(policy.layout.node_count))
+        self.default_runtimes = RuntimeEstimator()
+        """Used when a request brings none: it never learns, so estimates are the default."""
+        self._pool_checks: dict[int, tuple[NodeCheck, ...]] = {}
+
+    def pool_checks(self, pool: int) -> tuple[NodeCheck, ...]:
+        """The filter check that keeps a pod inside ``pool`` (memoised per pool)."""
+        checks = self._pool_checks.get(pool)
+        if checks is None:
+            checks = self.policy.layout.node_checks(pool)
+            self._pool_checks[pool] = checks
+        return checks
 
     def route(self, workload: Workload, queue: str) -> tuple[int, ...] | str:
         """Pools to try for ``workload`` (memoised: routing reads only these four fields)."""
@@ -234,7 +247,7 @@ class _Cycle:
         self.layout = engine.policy.layout
         self.tables = engine.policy.tables
         self.ledger: Ledger = request.ledger  # copied on the first in-cycle bind
-        self.runtimes = request.runtimes or RuntimeEstimator()
+        self.runtimes = request.runtimes or engine.default_runtimes
         self.pending_names = {workload.name for workload in request.pending}
         self.nominations = {
             name: node for name, node in request.nominations.items() if name in self.pending_names
@@ -248,7 +261,6 @@ class _Cycle:
         self.searched: set[tuple[int, int]] = set()
         self.bound: list[str] = []
         self.last = False
-        self._populated = int(np.count_nonzero(self.layout.node_count))
 
     def run(self) -> CycleResult:
         tables = self.tables
@@ -270,7 +282,7 @@ class _Cycle:
                 if (
                     self.blocked
                     and all(self._closed(p) for p in pools if p in self.blocked)
-                    and (len(self.blocked) == self._populated)
+                    and (len(self.blocked) == self.engine.populated_pools)
                 ):
                     decisions.append(Wait(workload, queue, self._all_closed_reason()))
                     continue
@@ -350,7 +362,7 @@ class _Cycle:
         if any(_no_smaller(failed, pod) for failed in self.failed.get(pool, ())):
             return f"no room in pool {pool_name} for a pod of this size this cycle"
         priority = priority_of(self.tables, queue, workload)
-        checks = self.layout.node_checks(pool) + self._nomination_checks(workload, priority)
+        checks = self.engine.pool_checks(pool) + self._nomination_checks(workload, priority)
         decision = self.engine.scheduler.schedule(self.snapshot, pod, checks)
         if isinstance(decision, Bind):
             placed = decision
@@ -464,7 +476,7 @@ class _Cycle:
         ):
             return None
         priority = priority_of(tables, queue, workload)
-        checks = self.layout.node_checks(pool) + self._nomination_checks(workload, priority)
+        checks = self.engine.pool_checks(pool) + self._nomination_checks(workload, priority)
         candidates = eligible_victims(
             Rule.PRIORITY, queue, priority, pool, self._running(), tables, ledger, self.request.now
         )
@@ -516,7 +528,11 @@ class _Cycle:
             choice = choose_victims(
                 self.snapshot, workload.pod, candidates, mask, now, Rule.PRIORITY
             )
-        if choice is None and ledger.used[queue, pool] + units <= tables.guaranteed[queue, pool]:
+        if (
+            choice is None
+            and tables.limited
+            and ledger.used[queue, pool] + units <= tables.guaranteed[queue, pool]
+        ):
             budgets = {q: b for q, b in reclaim_budgets(tables, ledger, pool).items() if q != queue}
             if budgets:
                 candidates = eligible_victims(

@@ -13,6 +13,11 @@ scheduler makes. The workload process is :mod:`gpupool.sim.workload_process`.
   (its work is lost, and counted in ``gpu_hours_lost_to_preemption``).
 * Metrics cover ``[warmup, hours]``; queue delays include the pods still pending at the end,
   counted up to the end (a lower bound), so overload is not flattered by leaving them out.
+  Delays are also split by request size and by urgency (pod priority above 0), and
+  ``guarantee_shortfall_gpu_hours`` integrates, over queues that still have pending pods after
+  a scheduling cycle, how far they are below their guarantee in pools where some queue borrows
+  above its own: what reclaim is there to remove (measured after cycles, so a pod waiting for
+  the next cycle does not count).
 * With ``governance`` set, a stated share of pods lingers idle or overruns, and the governance
   rules act on them each sample period (:mod:`gpupool.sim.governance_model`); it draws from a
   stream of its own, so the other draws are those of the same seed without it.
@@ -121,18 +126,23 @@ class _Tally:
     queue_integral: Any = None
     delays: defaultdict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     delays_by_size: defaultdict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    delays_by_priority: defaultdict[str, list[float]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    shortfall_integral: float = 0.0
     preemptions: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
     gpu_seconds_lost: float = 0.0
     overrun: int = 0
     backfilled: int = 0
     started: int = 0
 
-    def advance(self, now: float, used_per_queue: Any) -> None:
+    def advance(self, now: float, used_per_queue: Any, shortfall: float) -> None:
         low, high = max(self.last, self.start), min(now, self.end)
         if high > low:
             span = high - low
             self.used_integral += float(used_per_queue.sum()) * span
             self.queue_integral = self.queue_integral + used_per_queue * span
+            self.shortfall_integral += shortfall * span
         self.last = now
 
 
@@ -207,7 +217,18 @@ def run_dynamic(
             return
         tally.delays[tables.queues[queue].name].append(waited)
         tally.delays_by_size[_size(units)].append(waited)
+        tally.delays_by_priority["urgent" if workload.priority else "normal"].append(waited)
 
+    waiting = np.zeros(len(tables.queues), dtype=np.int64)
+
+    def shortfall() -> float:
+        """GPU units queues with pending pods lack to their guarantees while others borrow."""
+        below = np.maximum(tables.guaranteed - ledger.used, 0)
+        borrowing = np.any(ledger.used > tables.guaranteed, axis=0)
+        lacking = below * borrowing.reshape(1, -1)
+        return float(lacking[waiting > 0].sum()) / MILLI_UNITS
+
+    lacking = 0.0
     first: Arrival = process.next()
     push(first.at, _ARRIVAL)
     upcoming = first
@@ -217,7 +238,7 @@ def run_dynamic(
         now, _, kind, name, token = heapq.heappop(events)
         if now > end:
             break
-        tally.advance(now, ledger.used.sum(axis=1))
+        tally.advance(now, ledger.used.sum(axis=1), lacking)
         if kind == _ARRIVAL:
             workload = upcoming.workload
             pending[workload.name] = workload
@@ -225,6 +246,7 @@ def run_dynamic(
             if governance is not None:
                 durations[workload.name] = governance.hold_time(workload.name, upcoming.duration)
             arrived_queue[tables.queue_of(workload.namespace)] += 1
+            waiting[tables.queue_of(workload.namespace)] += 1
             engine.observe(workload)
             upcoming = process.next()
             push(upcoming.at, _ARRIVAL)
@@ -278,6 +300,7 @@ def run_dynamic(
                         running[workload.name] = record
                         ledger.add(record)
                         del pending[workload.name]
+                        waiting[decision.queue] -= 1
                         if governance is not None:
                             governance.started(workload.name, now, decision.units)
                         token_value = run_token.get(workload.name, 0) + 1
@@ -303,6 +326,7 @@ def run_dynamic(
                             if governance is not None:
                                 governance.ended(victim, now)
                             pending[victim] = evicted.workload
+                            waiting[evicted.queue] += 1
                             if now >= tally.start:
                                 tally.preemptions[decision.rule.value] += 1
                                 tally.gpu_seconds_lost += (
@@ -311,7 +335,8 @@ def run_dynamic(
                 tally.overrun = max(tally.overrun, ledger.overrun(tables))
                 if not preempted:
                     break
-    tally.advance(end, ledger.used.sum(axis=1))
+            lacking = shortfall()  # measured after a cycle: pods it could not start
+    tally.advance(end, ledger.used.sum(axis=1), lacking)
     for workload in pending.values():
         if workload.name in first_start:
             continue
@@ -343,6 +368,10 @@ def run_dynamic(
         "queue_delay_s_by_size": {
             size: _percentiles(v) for size, v in sorted(tally.delays_by_size.items())
         },
+        "queue_delay_s_by_priority": {
+            level: _percentiles(v) for level, v in sorted(tally.delays_by_priority.items())
+        },
+        "guarantee_shortfall_gpu_hours": tally.shortfall_integral / 3600.0,
         "jain_fairness": jain,
         "weighted_dominant_share": shares,
         "preemptions": sum(tally.preemptions.values()),

@@ -47,6 +47,8 @@ class ReplayResult:
         failure_reasons: For failed pods, the most frequent rejection reason and its count.
         snapshot: The final cluster state.
         wall_seconds: Wall time of the replay loop.
+        cpu_seconds: CPU time of this process during the replay loop (steadier than wall time
+            on a shared machine).
     """
 
     total_gpus: int
@@ -58,6 +60,7 @@ class ReplayResult:
     failure_reasons: Counter[str]
     snapshot: ClusterSnapshot
     wall_seconds: float
+    cpu_seconds: float = 0.0
 
 
 def _engine_step(
@@ -104,6 +107,7 @@ def replay(
     same, and ``bench/engine_overhead.py`` measures what the policy layer costs.
     """
     started = time.perf_counter()
+    started_cpu = time.process_time()
     snapshot = ClusterSnapshot(nodes)
     scheduler = Scheduler(policy, tie_rank)
     decide = _engine_step(snapshot, scheduler, nodes) if policy_engine else None
@@ -144,4 +148,5 @@ def replay(
         failure_reasons=reasons,
         snapshot=snapshot,
         wall_seconds=time.perf_counter() - started,
+        cpu_seconds=time.process_time() - started_cpu,
     )
