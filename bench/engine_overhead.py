@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gpupool.bench.machine import machine_description
+from gpupool.bench.provenance import provenance
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
 from gpupool.sim.protocol import seeded_run
@@ -30,16 +30,6 @@ from gpupool.sim.replay import ReplayResult, replay
 from gpupool.sim.trace import read_trace
 
 TRACE_DIR = Path("../shared/data/openb")
-
-
-def provenance() -> dict[str, Any]:
-    """The git commit and dirty flag (local helper until gpupool.bench.provenance lands)."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
-        return done.stdout.strip()
-
-    return {"git_commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
 
 
 def main() -> None:
@@ -104,7 +94,7 @@ def main() -> None:
             "seed": args.seed,
             "repeats": args.repeats,
             "policies": results,
-            "provenance": provenance(),
+            **provenance(),
             "machine": machine_description(),
         }
         args.json.write_text(json.dumps(report, indent=1) + "\n")

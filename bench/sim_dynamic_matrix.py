@@ -8,8 +8,7 @@ that docs/benchmarks.md shows.
 
     .venv/bin/python bench/sim_dynamic_matrix.py --json out/bench/sim_dynamic_matrix.json
 
-The provenance helper here is local for now; a shared one (``gpupool.bench.provenance``) is
-being added on another branch and should replace it when both are merged.
+Provenance comes from ``gpupool.bench.provenance`` (source and machine), taken at start.
 """
 
 from __future__ import annotations
@@ -17,12 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from gpupool.bench.machine import machine_description
+from gpupool.bench.provenance import provenance
 from gpupool.sim.dynamic import DynamicSettings, run_dynamic
 from gpupool.sim.policy_file import load_policy
 from gpupool.sim.trace import read_nodes, read_pods
@@ -33,16 +32,6 @@ VARIANTS = {
     "no_backfill": {"backfill": False, "preemption": True},
     "no_preemption": {"backfill": True, "preemption": False},
 }
-
-
-def provenance() -> dict[str, Any]:
-    """The git commit of this checkout and whether it has uncommitted changes."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
-        return done.stdout.strip()
-
-    return {"git_commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
 
 
 def _run(job: tuple[Path, Path, dict[str, Any]]) -> dict[str, Any]:
@@ -157,7 +146,7 @@ def main() -> None:
         "variants": VARIANTS,
         "cells": cells,
         "runs": runs,
-        "provenance": started_at,
+        **started_at,
         "machine": machine_description(),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
