@@ -13,14 +13,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from gpupool.api.app import create_face
-from gpupool.api.model import Pool, Queue
+from gpupool.api.model import CostLine, Pool, Queue, Record
 from gpupool.api.serve import serving
 from gpupool.api.sources import DetachedView, SnapshotView
 from gpupool.api.view import PodInfo, Waiting
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.policy.quota import NO_LIMIT
+from gpupool.policy.units import MILLI_UNITS
 from gpupool.sim.demo_session import DemoSession
-from gpupool.sim.embedded import EmbeddedCluster
+from gpupool.sim.embedded import ClusterEvent, EmbeddedCluster
 
 
 def _pools(cluster: EmbeddedCluster) -> list[Pool]:
@@ -108,8 +109,51 @@ class DemoView:
         return self._view().detached()
 
 
+GOVERNANCE_ACTIONS = ("warn", "reclaim", "preempt")
+
+
+def _record(event: ClusterEvent) -> Record:
+    hours, rest = divmod(int(event.at), 3600)
+    clock = f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+    return Record(at=f"t={clock}", kind=event.action, subject=event.pod, detail=event.detail)
+
+
+class DemoRecords:
+    """The demo's decisions as the store would keep them (a :class:`RecordSource`)."""
+
+    def __init__(self, session: DemoSession) -> None:
+        self.session = session
+
+    def _events(self) -> list[ClusterEvent]:
+        with self.session.locked() as cluster:
+            return list(reversed(cluster.events))
+
+    def actions(self, limit: int) -> list[Record]:
+        """Warnings, reclaims and preemptions, newest first."""
+        chosen = [e for e in self._events() if e.action in GOVERNANCE_ACTIONS]
+        return [_record(event) for event in chosen[:limit]]
+
+    def audit(self, limit: int) -> list[Record]:
+        """Every decision kept, newest first."""
+        return [_record(event) for event in self._events()[:limit]]
+
+    def cost(self) -> list[CostLine]:
+        """GPU-hours per team: released shares, plus what running pods have held so far."""
+        with self.session.locked() as cluster:
+            hours = dict(cluster.gpu_hours)
+            queues = cluster.policy.tables.queues
+            for record in cluster.running.values():
+                held = record.units / MILLI_UNITS * (cluster.now - record.started_at) / 3600
+                name = queues[record.queue].name
+                hours[name] = hours.get(name, 0.0) + held
+        return [
+            CostLine(team=team, gpu_hours=round(value, 3)) for team, value in sorted(hours.items())
+        ]
+
+
 @contextmanager
 def serve_demo(session: DemoSession, port: int) -> Iterator[str]:
     """Serve the dashboard and API of ``session`` on 127.0.0.1:``port``; yields the URL."""
-    with serving(create_face(DemoView(session), None), "127.0.0.1", port) as url:
+    face = create_face(DemoView(session), None, DemoRecords(session))
+    with serving(face, "127.0.0.1", port) as url:
         yield url

@@ -34,7 +34,8 @@ def summary_table(summary: Summary) -> Table:
         title=(
             f"t={_clock(summary.now)} simulated | {summary.allocated_units:.1f}/{summary.gpus} "
             f"GPU units allocated | {summary.running} running, {summary.pending} pending, "
-            f"{summary.completed} done, {summary.preemptions} preempted"
+            f"{summary.completed} done, {summary.preemptions} preempted, "
+            f"{summary.reclaims} idle reclaimed"
         ),
         title_justify="left",
     )

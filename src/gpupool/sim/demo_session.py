@@ -17,11 +17,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 
+from gpupool.governance.rules import Limits
 from gpupool.policy.units import MILLI_UNITS
 from gpupool.sim.demo_workload import DemoArrivals, demo_nodes
 from gpupool.sim.embedded import ClusterEvent, EmbeddedCluster
 from gpupool.sim.policy_file import parse_policy_text
 
+SHARED_POOL_GOVERNANCE = Limits(
+    idle_threshold_percent=5.0,
+    idle_period=20 * 60.0,
+    grace=5 * 60.0,
+    exempt_classes=frozenset({"inference"}),
+)
+"""The demo's idle rule, in the shared pool: under 5 % SM for 20 minutes, warned, reclaimed 5
+minutes later if still idle; inference (serving) is exempt."""
 STEP_SECONDS = 30.0
 """Simulated seconds per scheduling step (the live scheduler's cycles are event-driven; the
 demo's coarser steps keep a simulated day cheap)."""
@@ -55,6 +64,7 @@ class Summary:
     pending: int
     completed: int
     preemptions: int
+    reclaims: int
     reasons: tuple[tuple[str, int], ...]
     queues: tuple[QueueUse, ...]
     recent: tuple[ClusterEvent, ...]
@@ -70,7 +80,9 @@ class DemoSession:
 
     def __init__(self, seed: int = 0, warm_hours: float = WARM_HOURS) -> None:
         config = parse_policy_text(demo_config_text(), "demo.yaml")
-        self.cluster = EmbeddedCluster(demo_nodes(), config, seed=seed)
+        self.cluster = EmbeddedCluster(
+            demo_nodes(), config, seed=seed, limits={"a100-shared": SHARED_POOL_GOVERNANCE}
+        )
         self.arrivals = DemoArrivals(seed)
         self._lock = threading.Lock()
         self._carry = 0.0
@@ -124,6 +136,7 @@ class DemoSession:
                 pending=len(cluster.pending),
                 completed=cluster.completed,
                 preemptions=cluster.preemptions,
+                reclaims=cluster.reclaims,
                 reasons=tuple(reasons.most_common(4)),
                 queues=tuple(uses),
                 recent=tuple(list(cluster.events)[-recent:]),

@@ -9,7 +9,11 @@ simulation run, and applies its decisions: admissions bind, preemptions evict th
 clock; the caller says how far to advance, so the demo can run at any speed and tests exactly.
 
 Usage is simulated per pod from a stated rule (an *idle* pod uses 0 % of its GPUs; any other
-uses a steady share drawn when it starts), the signal a node agent would publish.
+uses a steady share drawn when it starts), the signal a node agent would publish, sampled every
+step. Pools given governance :class:`~gpupool.governance.rules.Limits` are governed by the same
+pure rules the live controller runs (:func:`~gpupool.governance.rules.decide`): an idle pod is
+warned, and reclaimed after the grace period if still idle. GPU-hours per queue are counted as
+pods release their shares.
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ import numpy as np
 from gpupool.core.framework import Scheduler
 from gpupool.core.model import NodeSpec
 from gpupool.core.snapshot import ClusterSnapshot
+from gpupool.governance.decisions import ClearWarning, Reclaim, Warn
+from gpupool.governance.rules import CleanupLimits, Limits, PodFacts, PodWarning, UsagePoint, decide
 from gpupool.policy.backfill import Reservation
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.runtime import RuntimeEstimator
 from gpupool.policy.spec import PolicyConfig
+from gpupool.policy.units import MILLI_UNITS
 from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.engine import (
     Admit,
@@ -42,6 +49,8 @@ from gpupool.scheduling.registry import PolicyContext, build_policy
 
 RECENT_EVENTS = 200
 """Decisions kept for the dashboard's ticker."""
+USAGE_SAMPLES = 256
+"""Usage samples kept per pod (the live controller keeps as many)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +101,9 @@ class EmbeddedCluster:
     events: deque[ClusterEvent] = field(default_factory=lambda: deque(maxlen=RECENT_EVENTS))
     preemptions: int = 0
     completed: int = 0
+    reclaims: int = 0
+    limits: dict[str, Limits] = field(default_factory=dict)
+    gpu_hours: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         rng = np.random.default_rng(self.seed)
@@ -109,6 +121,9 @@ class EmbeddedCluster:
         self._tokens: dict[str, int] = {}
         self._nominations: dict[str, int] = {}
         self._reservations: dict[int, Reservation] = {}
+        self._samples: dict[str, deque[UsagePoint]] = {}
+        self._warnings: dict[str, PodWarning] = {}
+        self._cleanup = CleanupLimits()
         self._dirty = False
 
     def submit(self, submission: Submission) -> None:
@@ -129,6 +144,7 @@ class EmbeddedCluster:
                 self.now = at
                 self._finish(name)
         self.now = end
+        self._govern()
         if self._dirty and self.pending:
             self._dirty = False
             for _ in range(4):  # a cycle that preempted runs again for the nominated pods
@@ -144,6 +160,32 @@ class EmbeddedCluster:
         self._submissions.pop(name, None)
         self.events.append(ClusterEvent(self.now, action, name, detail))
         self._dirty = True
+
+    def _govern(self) -> None:
+        """Sample usage, then apply the governance rules of each governed pool."""
+        pools = self.policy.layout.pools
+        for name, record in list(self.running.items()):
+            samples = self._samples.setdefault(name, deque(maxlen=USAGE_SAMPLES))
+            samples.append(UsagePoint(self.now, self.usage.get(name, 0.0)))
+            limits = self.limits.get(pools[record.pool].name)
+            if limits is None:
+                continue
+            facts = PodFacts(
+                uid=name,
+                pod_class=record.workload.workload_class,
+                allocated_at=record.started_at,
+                usage=tuple(samples),
+                warning=self._warnings.get(name),
+            )
+            decision = decide(facts, limits, self._cleanup, self.now)
+            if isinstance(decision, Warn):
+                self._warnings[name] = PodWarning(decision.rule, self.now)
+                self.events.append(ClusterEvent(self.now, "warn", name, decision.rule.value))
+            elif isinstance(decision, Reclaim):
+                self.reclaims += 1
+                self.remove(name, "reclaim", f"{decision.rule.value} after its grace")
+            elif isinstance(decision, ClearWarning):
+                self._warnings.pop(name, None)
 
     def submission(self, name: str) -> Submission | None:
         """What was submitted under ``name``."""
@@ -222,6 +264,11 @@ class EmbeddedCluster:
         self.snapshot.release(name)
         self.ledger.remove(record)
         self.usage.pop(name, None)
+        self._samples.pop(name, None)
+        self._warnings.pop(name, None)
+        queue = self.policy.tables.queues[record.queue].name
+        held = record.units / MILLI_UNITS * (self.now - record.started_at) / 3600
+        self.gpu_hours[queue] = self.gpu_hours.get(queue, 0.0) + held
         self._tokens[name] = self._tokens.get(name, 0) + 1  # its pending end is stale now
         self._dirty = True
         return record

@@ -104,3 +104,28 @@ def test_demo_session_starts_busy_and_is_reproducible() -> None:
         assert bool(np.all(a.snapshot.gpu_free >= 0))
     first.advance(600.0)
     assert first.summary().now == summary.now + 600.0
+
+
+def test_idle_pods_in_a_governed_pool_are_warned_then_reclaimed_busy_ones_never() -> None:
+    from gpupool.governance.rules import Limits
+
+    limits = Limits(
+        idle_threshold_percent=5.0,
+        idle_period=600.0,
+        grace=300.0,
+        exempt_classes=frozenset({"inference"}),
+    )
+    cluster = EmbeddedCluster(nodes(1), PolicyConfig(), limits={"default": limits})
+    cluster.submit(Submission(whole("a/busy", 1), 10_000.0))
+    cluster.submit(Submission(whole("a/idle", 1), 10_000.0, idle=True))
+    exempt = Workload(
+        PodSpec("a/serve", 100, 100, 1, 1000), namespace="a", workload_class="inference"
+    )
+    cluster.submit(Submission(exempt, 10_000.0, idle=True))
+    for _ in range(20):  # 20 minutes in 60 s steps
+        cluster.advance(60.0)
+    actions = [(e.action, e.pod) for e in cluster.events if e.action in ("warn", "reclaim")]
+    assert actions == [("warn", "a/idle"), ("reclaim", "a/idle")]
+    assert set(cluster.running) == {"a/busy", "a/serve"}
+    assert cluster.reclaims == 1
+    assert cluster.gpu_hours["default"] > 0  # the reclaimed share was counted
