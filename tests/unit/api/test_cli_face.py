@@ -102,6 +102,11 @@ def test_no_server_is_one_line_naming_the_option() -> None:
     assert "--server" in bad.stderr
 
 
+def _sigint_default() -> None:
+    """Let the child take Ctrl-C even when pytest runs in the background (SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_top_refreshes_until_interrupted(server: str) -> None:
     process = subprocess.Popen(
         [str(SCRIPTS / "gpupool"), "top", "--interval", "0.2", "--server", server],
@@ -109,6 +114,7 @@ def test_top_refreshes_until_interrupted(server: str) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "COLUMNS": "200"},
+        preexec_fn=_sigint_default,
     )
     time.sleep(3)  # the first frame, then refreshes every 0.2 s
     process.send_signal(signal.SIGINT)
