@@ -1,10 +1,9 @@
 """Generated pods through the admission decision and through the HTTP app.
 
 10,000 pods go through the pure decision (:func:`review_pod`, where every property is checked),
-and 3,000 through the ASGI app in-process (the HTTP layer adds the envelope, whose failures the
-decision cannot show: a 5xx, a missing uid, an unreadable patch). 10,000 through HTTP as well
-would take minutes on a shared 2-core machine for little more coverage: the app is a thin shell
-around the same function.
+and 10,000 through the ASGI app in-process (the HTTP layer adds the envelope, whose failures the
+decision cannot show: a 5xx, a missing uid, an unreadable patch, a refusal without a field).
+About 40 s on 2 cores; ``FZ_PURE`` and ``FZ_HTTP`` change the counts for a quick local run.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ ALLOWED_PATHS = {
 FIELD = re.compile(r"^(spec|metadata)([.\[]|$)")
 """A field path at the pod's top level: ``spec.containers[0]...``, ``metadata.labels[...]``."""
 FUZZ_PURE = int(os.environ.get("FZ_PURE", "10000"))
-FUZZ_HTTP = int(os.environ.get("FZ_HTTP", "3000"))
+FUZZ_HTTP = int(os.environ.get("FZ_HTTP", "10000"))
 
 
 def check_patch(patch: list[Json]) -> None:
