@@ -427,4 +427,5 @@ async def test_control_plane_with_db_audits_binds_and_rejections(
     # every change of its reason is one record, and no reason is recorded twice
     assert {e.name for e in rejects} == {"too-big"}
     assert len({e.reason for e in rejects}) == len(rejects)
-    assert "Insufficient" in rejects[0].reason
+    # the engine may first say "no room ... this cycle", then the node counts; either order
+    assert any("Insufficient" in e.reason for e in rejects)
