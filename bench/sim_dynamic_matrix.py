@@ -22,11 +22,11 @@ from typing import Any
 
 from gpupool.bench.machine import machine_description
 from gpupool.bench.provenance import provenance
+from gpupool.bench.sim_options import Sweep, add_sweep_options
 from gpupool.sim.dynamic import DynamicSettings, run_dynamic
 from gpupool.sim.policy_file import load_policy
 from gpupool.sim.trace import read_nodes, read_pods
 
-TRACE_DIR = Path("../shared/data/openb")
 VARIANTS = {
     "all_on": {"backfill": True, "preemption": True},
     "no_backfill": {"backfill": False, "preemption": True},
@@ -92,19 +92,12 @@ def _cell(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace-dir", type=Path, default=TRACE_DIR)
-    parser.add_argument("--loads", default="0.8,1.0,1.2")
-    parser.add_argument("--seeds", default="1,2,3,4,5")
-    parser.add_argument("--hours", type=float, default=8.0)
-    parser.add_argument("--warmup", type=float, default=3.0)
-    parser.add_argument("--jobs", type=int, default=2)
+    add_sweep_options(parser, loads="0.8,1.0,1.2", seeds="1,2,3,4,5", hours=8.0, warmup=3.0)
     parser.add_argument("--json", type=Path, default=Path("out/bench/sim_dynamic_matrix.json"))
     args = parser.parse_args()
 
-    nodes = args.trace_dir / "openb_node_list_gpu_node.csv"
-    pods = args.trace_dir / "openb_pod_list_default.csv"
-    loads = [float(x) for x in args.loads.split(",")]
-    seeds = [int(x) for x in args.seeds.split(",")]
+    sweep = Sweep.from_args(args)
+    nodes, pods, loads, seeds = sweep.nodes, sweep.pods, sweep.loads, sweep.seeds
     jobs = [
         (
             nodes,

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.bench.provenance import provenance
+from gpupool.bench.sim_options import Sweep, add_sweep_options
 from gpupool.sim.dynamic import DynamicSettings, run_dynamic
 from gpupool.sim.governance_model import GovernanceModel
 from gpupool.sim.policy_file import load_policy
 from gpupool.sim.trace import read_nodes, read_pods
 
-TRACE_DIR = Path("../shared/data/openb")
 KEYS = (
     "idle_gpu_hours",
     "idle_gpu_hours_reclaimed",
@@ -88,22 +88,15 @@ def _row(rho: float, enforce: bool, cell: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace-dir", type=Path, default=TRACE_DIR)
-    parser.add_argument("--loads", default="0.8,1.0")
-    parser.add_argument("--seeds", default="1,2,3")
-    parser.add_argument("--hours", type=float, default=6.0)
-    parser.add_argument("--warmup", type=float, default=2.0)
+    add_sweep_options(parser, loads="0.8,1.0", seeds="1,2,3", hours=6.0, warmup=2.0)
     parser.add_argument("--scale", type=float, default=0.25)
     parser.add_argument("--idle-share", type=float, default=0.1)
     parser.add_argument("--overrun-share", type=float, default=0.01)
-    parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", type=Path, default=Path("out/bench/sim_governance.json"))
     args = parser.parse_args()
 
-    nodes = args.trace_dir / "openb_node_list_gpu_node.csv"
-    pods = args.trace_dir / "openb_pod_list_default.csv"
-    loads = [float(x) for x in args.loads.split(",")]
-    seeds = [int(x) for x in args.seeds.split(",")]
+    sweep = Sweep.from_args(args)
+    nodes, pods, loads, seeds = sweep.nodes, sweep.pods, sweep.loads, sweep.seeds
     jobs = [
         (
             nodes,
