@@ -29,9 +29,9 @@ from gpupool.api.dashboard import render_live
 from gpupool.api.explain import explain
 from gpupool.api.model import Node
 from gpupool.api.sources import SnapshotView
-from gpupool.bench.provenance import provenance
 from gpupool.core.model import NodeSpec, PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
+from gpupool.sim.provenance import provenance
 
 
 def build(nodes: int, seed: int) -> SnapshotView:

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpupool.bench.binds import BindTimes
-from gpupool.bench.live_setup import (
+from benchlib.binds import BindTimes
+from benchlib.live_setup import (
     GPUPOOL,
     GPUPOOL_PROCESS,
     KUBE_SCHEDULER,
@@ -39,13 +39,14 @@ from gpupool.bench.live_setup import (
     pod_manifest,
     start_scheduler,
 )
-from gpupool.bench.procstats import proc_cpu_seconds, proc_status_kib
-from gpupool.bench.provenance import provenance
+from benchlib.procstats import proc_cpu_seconds, proc_status_kib
+
 from gpupool.devcluster.binaries import find_binaries
 from gpupool.devcluster.controlplane import LocalControlPlane, SchedulerClient
 from gpupool.devcluster.fakenodes import create_nodes
 from gpupool.devcluster.session import wait_nodes_ready
-from gpupool.kube.api import KubeAPI
+from gpupool.kube.client.api import KubeAPI
+from gpupool.sim.provenance import provenance
 
 NAMESPACE = "bench-memory"
 

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from gpupool.bench.machine import machine_description
-from gpupool.bench.provenance import provenance
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
+from gpupool.sim.machine import machine_description
 from gpupool.sim.protocol import seeded_run
+from gpupool.sim.provenance import provenance
 from gpupool.sim.replay import ReplayResult, replay
 from gpupool.sim.trace import read_trace
 

@@ -36,11 +36,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gpupool.bench.provenance import provenance
 from gpupool.cli.options import parse_seeds
 from gpupool.core.model import MILLI_PER_GPU, PodSpec
 from gpupool.sim.packing_lp import share_floor_milli, share_sizes
 from gpupool.sim.protocol import seeded_run
+from gpupool.sim.provenance import provenance
 from gpupool.sim.trace import read_trace
 from gpupool.sim.unallocated import arrived_by
 

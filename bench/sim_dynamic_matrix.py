@@ -8,7 +8,7 @@ that docs/benchmarks.md shows.
 
     .venv/bin/python bench/sim_dynamic_matrix.py --json out/bench/sim_dynamic_matrix.json
 
-Provenance comes from ``gpupool.bench.provenance`` (source and machine), taken at start.
+Provenance comes from ``gpupool.sim.provenance`` (source and machine), taken at start.
 """
 
 from __future__ import annotations
@@ -16,29 +16,35 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from gpupool.bench.machine import machine_description
-from gpupool.bench.provenance import provenance
-from gpupool.bench.sim_options import Sweep, add_sweep_options
+from benchlib.sim_options import Sweep, add_sweep_options
+
 from gpupool.sim.dynamic import DynamicSettings, run_dynamic
+from gpupool.sim.machine import machine_description
 from gpupool.sim.policy_file import load_policy
+from gpupool.sim.provenance import provenance
 from gpupool.sim.trace import read_nodes, read_pods
 
-VARIANTS = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "all_on": {"backfill": True, "preemption": True},
     "no_backfill": {"backfill": False, "preemption": True},
     "no_preemption": {"backfill": True, "preemption": False},
+    "easy": {"backfill": True, "preemption": True, "reservations": 1},
+    "follow": {"backfill": True, "preemption": True, "follow": True},
 }
+"""``easy``: one reservation per pool (EASY backfill), the baseline the default is chosen over;
+``follow``: a reservation whose start passed stays with its waiting pod."""
 
 
-def _run(job: tuple[Path, Path, dict[str, Any]]) -> dict[str, Any]:
-    nodes_path, pods_path, settings = job
-    return run_dynamic(
+def _run(job: tuple[Path, Path, str, dict[str, Any]]) -> dict[str, Any]:
+    nodes_path, pods_path, variant, settings = job
+    report = run_dynamic(
         read_nodes(nodes_path), read_pods(pods_path), load_policy(None), DynamicSettings(**settings)
     )
+    return {**report, "variant": variant}
 
 
 def _stats(values: list[float | None]) -> dict[str, Any]:
@@ -94,7 +100,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_sweep_options(parser, loads="0.8,1.0,1.2", seeds="1,2,3,4,5", hours=8.0, warmup=3.0)
     parser.add_argument("--json", type=Path, default=Path("out/bench/sim_dynamic_matrix.json"))
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="Comma-separated subset of the variants."
+    )
+    parser.add_argument(
+        "--reservations",
+        type=int,
+        default=None,
+        help="Reservations per pool for the variants that do not fix it (default: the engine's).",
+    )
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="Reservations follow their pods in the variants that do not fix it.",
+    )
+    parser.add_argument(
+        "--reserve-above-units",
+        type=int,
+        default=None,
+        help="Only blocked pods asking for more milli-units hold a reservation (default: all).",
+    )
     args = parser.parse_args()
+    unknown = set(args.variants.split(",")) - set(VARIANTS)
+    if unknown:
+        parser.error(f"--variants: unknown {', '.join(sorted(unknown))}")
+    override: dict[str, Any] = (
+        {} if args.reservations is None else {"reservations": args.reservations}
+    )
+    if args.follow:
+        override["follow"] = True
+    if args.reserve_above_units is not None:
+        override["reserve_above_units"] = args.reserve_above_units
+    variants = {
+        name: {**override, **VARIANTS[name]}
+        for name in VARIANTS
+        if name in args.variants.split(",")
+    }
 
     sweep = Sweep.from_args(args)
     nodes, pods, loads, seeds = sweep.nodes, sweep.pods, sweep.loads, sweep.seeds
@@ -102,48 +143,53 @@ def main() -> None:
         (
             nodes,
             pods,
+            variant,
             {"rho": rho, "hours": args.hours, "warmup_hours": args.warmup, "seed": seed, **flags},
         )
         for rho in loads
-        for flags in VARIANTS.values()
+        for variant, flags in variants.items()
         for seed in seeds
     ]
     started_at = provenance()  # the code that runs, not what the tree holds when it ends
+
+    def write(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The report of the runs done so far (written after each: a stopped sweep loses none)."""
+        cells = {
+            f"{rho}/{variant}": _cell(picked)
+            for rho in loads
+            for variant in variants
+            if (picked := [r for r in runs if r["rho"] == rho and r["variant"] == variant])
+        }
+        report = {
+            "trace": "openb_pod_list_default.csv",
+            "loads": loads,
+            "seeds": seeds,
+            "hours": args.hours,
+            "warmup_hours": args.warmup,
+            "variants": variants,
+            "complete": len(runs) == len(jobs),
+            "cells": cells,
+            "runs": runs,
+            **started_at,
+            "machine": machine_description(),
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+        return cells
+
+    runs: list[dict[str, Any]] = []
+    cells: dict[str, dict[str, Any]] = {}
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        runs = []
-        for run in pool.map(_run, jobs):
+        for done in as_completed([pool.submit(_run, job) for job in jobs]):
+            run = done.result()
             runs.append(run)
             print(
-                f"load {run['rho']} backfill {run['backfill']} preemption {run['preemption']} "
+                f"load {run['rho']} {run['variant']} reservations {run['reservations']} "
                 f"seed {run['seed']}: util {run['gpu_utilisation']:.1f}% "
                 f"wall {run['wall_seconds']:.0f} s",
                 flush=True,
             )
-    cells: dict[str, dict[str, Any]] = {}
-    for rho in loads:
-        for variant, flags in VARIANTS.items():
-            selected = [
-                r
-                for r in runs
-                if r["rho"] == rho
-                and r["backfill"] == flags["backfill"]
-                and r["preemption"] == flags["preemption"]
-            ]
-            cells[f"{rho}/{variant}"] = _cell(selected)
-    report = {
-        "trace": "openb_pod_list_default.csv",
-        "loads": loads,
-        "seeds": seeds,
-        "hours": args.hours,
-        "warmup_hours": args.warmup,
-        "variants": VARIANTS,
-        "cells": cells,
-        "runs": runs,
-        **started_at,
-        "machine": machine_description(),
-    }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+            cells = write(runs)
     print(table(cells))
 
 

@@ -9,7 +9,7 @@ What it does, on one local control plane (etcd, kube-apiserver, kwok):
 
 1. ``--nodes`` kwok nodes with ``--gpus-per-node`` GPUs, Ready.
 2. The bench takes the scheduler Lease (``kube-system/gpupool-scheduler``) under its own
-   identity with gpupool's :class:`~gpupool.kube.leader.LeaderElector` and keeps renewing it,
+   identity with gpupool's :class:`~gpupool.kube.client.leader.LeaderElector` and keeps renewing it,
    so the measured replica never leads.
 3. ``--pods`` pods, created already bound (``spec.nodeName``) with the allocation record a
    leader would have written, one whole GPU each; kwok runs them.
@@ -43,24 +43,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpupool.bench.live_setup import (
+from benchlib.live_setup import (
     bench_nodes,
     create_namespace,
     create_pods,
     pod_manifest,
     start_gpupool_scheduler,
 )
-from gpupool.bench.procstats import proc_cpu_seconds, rss_mib
-from gpupool.bench.provenance import provenance
+from benchlib.procstats import proc_cpu_seconds, rss_mib
+
 from gpupool.devcluster.binaries import find_binaries
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
 from gpupool.devcluster.processes import ManagedProcess
 from gpupool.devcluster.session import wait_nodes_ready
-from gpupool.kube import allocation
-from gpupool.kube.api import JsonObject, KubeAPI
-from gpupool.kube.leader import LeaderElector, LeaseConfig
-from gpupool.kube.vocabulary import ANNOTATION_ALLOCATION
+from gpupool.kube.client.api import JsonObject, KubeAPI
+from gpupool.kube.client.leader import LeaderElector, LeaseConfig
+from gpupool.kube.objects import allocation
+from gpupool.kube.objects.vocabulary import ANNOTATION_ALLOCATION
+from gpupool.sim.provenance import provenance
 
 NAMESPACE = "bench-standby"
 HOLDER = "bench-lease-holder"

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from gpupool.bench.provenance import provenance
 from gpupool.governance.accounting import GroupBy, Interval, Sample, Window, account
+from gpupool.sim.provenance import provenance
 from gpupool.store.engine import open_store
 from gpupool.store.records import Allocation, AuditAction, AuditEvent
 from gpupool.store.writer import StoreWriter

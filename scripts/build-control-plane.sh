@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, kube-scheduler, etcd and kwok from Go modules into a cache outside the
+# Build kube-apiserver, kube-scheduler, kube-controller-manager, etcd and kwok from Go modules into a cache outside the
 # repository, and print the folder that holds them.
 #
 # Each binary comes from its own tools module under tools/controlplane/ (k8s.io/kubernetes needs
@@ -17,19 +17,15 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools="$root/tools/controlplane"
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 # shellcheck source=/dev/null
 source "$tools/versions.env"
 
-command -v go >/dev/null || { echo "error: Go >= 1.26 is needed to build the control plane" >&2; exit 2; }
-go_minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
-if [ "$go_minor" -lt 26 ]; then
-    echo "error: Go >= 1.26 is needed, found $(go env GOVERSION)" >&2
-    exit 2
-fi
+require_go "the control plane"
 
 digest=$(cat "$tools"/versions.env "$tools"/*/go.mod "$tools"/*/go.sum | sha256sum | cut -c1-12)
-cache="${GPUPOOL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpupool}"
-bin="$cache/controlplane/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-$digest/bin"
+bin="$(gpupool_cache)/controlplane/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-$digest/bin"
 mkdir -p "$bin"
 
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION \
@@ -38,22 +34,17 @@ k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION \
 -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION"
 
 build() {  # build MODULE_DIR PACKAGE NAME LDFLAGS
-    local module=$1 package=$2 name=$3 ldflags=$4
-    if [ -x "$bin/$name" ]; then
-        return
-    fi
-    echo "building $name ($package)" >&2
-    (cd "$tools/$module" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" \
-        -o "$bin/$name.partial" "$package")
-    mv "$bin/$name.partial" "$bin/$name"
+    CGO_ENABLED=0 go_build_into "$bin/$3" "$tools/$1" -ldflags "$4" "$2"
 }
 
 build k8s k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$k8s_ldflags"
 build k8s k8s.io/kubernetes/cmd/kube-scheduler kube-scheduler "$k8s_ldflags"
+build k8s k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$k8s_ldflags"
 build etcd go.etcd.io/etcd/server/v3 etcd "-s -w"
 build kwok sigs.k8s.io/kwok/cmd/kwok kwok "-s -w"
 
-"$bin/kube-apiserver" --version | grep -q "v$K8S_VERSION" || { echo "error: kube-apiserver version" >&2; exit 1; }
-"$bin/etcd" --version | grep -q "$ETCD_VERSION" || { echo "error: etcd version" >&2; exit 1; }
-"$bin/kwok" --version | grep -q "v$KWOK_VERSION" || { echo "error: kwok version" >&2; exit 1; }
+expect_version kube-apiserver "v$K8S_VERSION" "$bin/kube-apiserver" --version
+expect_version kube-controller-manager "v$K8S_VERSION" "$bin/kube-controller-manager" --version
+expect_version etcd "$ETCD_VERSION" "$bin/etcd" --version
+expect_version kwok "v$KWOK_VERSION" "$bin/kwok" --version
 echo "$bin"

@@ -16,21 +16,17 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 module="$root/tools/helm"
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 
-command -v go >/dev/null || { echo "error: Go >= 1.26 is needed to build helm" >&2; exit 2; }
+require_go helm
 
 version=$(sed -nE 's/^\thelm\.sh\/helm\/v4 (v[^ ]+).*/\1/p' "$module/go.mod")
 digest=$(cat "$module"/go.mod "$module"/go.sum | sha256sum | cut -c1-12)
-cache="${GPUPOOL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpupool}"
-bin="$cache/helm/helm-$version-$digest/bin"
+bin="$(gpupool_cache)/helm/helm-$version-$digest/bin"
 mkdir -p "$bin"
 
-if [ ! -x "$bin/helm" ]; then
-    echo "building helm $version" >&2
-    (cd "$module" && CGO_ENABLED=0 go build -trimpath \
-        -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$version" \
-        -o "$bin/helm.partial" helm.sh/helm/v4/cmd/helm)
-    mv "$bin/helm.partial" "$bin/helm"
-fi
-"$bin/helm" version --short | grep -q "^$version" || { echo "error: helm version" >&2; exit 1; }
+CGO_ENABLED=0 go_build_into "$bin/helm" "$module" \
+    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$version" helm.sh/helm/v4/cmd/helm
+expect_version helm "$version" "$bin/helm" version --short
 echo "$bin/helm"

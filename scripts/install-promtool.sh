@@ -8,8 +8,9 @@
 # (default ~/.cache/gpupool).
 set -euo pipefail
 
-cache="${GPUPOOL_CACHE_DIR:-$HOME/.cache/gpupool}"
-bin_dir="$cache/tools/bin"
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
+bin_dir="$(gpupool_cache)/tools/bin"
 promtool="$bin_dir/promtool"
 
 if [[ -x "$promtool" ]] && "$promtool" --version >/dev/null 2>&1; then
@@ -29,7 +30,8 @@ fi
 deb="$(ls "$work"/prometheus_*.deb)"
 dpkg-deb -x "$deb" "$work/root"
 mkdir -p "$bin_dir"
-install -m 0755 "$work/root/usr/bin/promtool" "$promtool.tmp"
-mv "$promtool.tmp" "$promtool"
+partial=$(partial_path "$promtool")
+install -m 0755 "$work/root/usr/bin/promtool" "$partial"
+mv -f "$partial" "$promtool"
 "$promtool" --version >&2
 echo "$promtool"

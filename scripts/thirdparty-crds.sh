@@ -14,30 +14,37 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 module="$root/tools/thirdparty-crds"
-command -v go >/dev/null || { echo "error: Go >= 1.26 is needed to generate the CRDs" >&2; exit 2; }
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
+require_go "the CRDs"
 
 digest=$(cat "$module"/go.mod "$module"/go.sum | sha256sum | cut -c1-12)
-cache="${GPUPOOL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpupool}"
-out="$cache/thirdparty-crds/$digest"
+out="$(gpupool_cache)/thirdparty-crds/$digest"
 if [ -f "$out/.complete" ]; then
     echo "$out"
     exit 0
 fi
-mkdir -p "$out"
+# Everything is written into a folder of this run's own and renamed into place when complete.
+mkdir -p "$(dirname "$out")"
+partial=$(mktemp -d "$out.partial.XXXXXX")
+trap 'rm -rf "$partial"' EXIT
 echo "building controller-gen and generating cert-manager and Prometheus operator CRDs" >&2
-(cd "$module" && CGO_ENABLED=0 go build -trimpath -o "$out/controller-gen.partial" \
+(cd "$module" && CGO_ENABLED=0 go build -trimpath -o "$partial/controller-gen" \
     sigs.k8s.io/controller-tools/cmd/controller-gen)
-mv "$out/controller-gen.partial" "$out/controller-gen"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-(cd "$module" && "$out/controller-gen" crd \
-    paths=github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1 output:crd:dir="$work/cm" \
-    && "$out/controller-gen" crd:allowDangerousTypes=true \
+(cd "$module" && "$partial/controller-gen" crd \
+    paths=github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1 output:crd:dir="$partial/cm" \
+    && "$partial/controller-gen" crd:allowDangerousTypes=true \
     paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1 \
-    output:crd:dir="$work/prom")
+    output:crd:dir="$partial/prom")
 for name in cm/cert-manager.io_certificates cm/cert-manager.io_issuers \
         prom/monitoring.coreos.com_servicemonitors; do
-    cp "$work/$name.yaml" "$out/$(basename "$name").yaml"
+    cp "$partial/$name.yaml" "$partial/$(basename "$name").yaml"
 done
-touch "$out/.complete"
+rm -rf "$partial/cm" "$partial/prom"
+touch "$partial/.complete"
+chmod 0755 "$partial"
+if [ -d "$out" ] && [ ! -f "$out/.complete" ]; then
+    rm -rf "$out"  # left incomplete by an interrupted older version of this script
+fi
+publish_dir "$partial" "$out"
 echo "$out"

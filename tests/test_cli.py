@@ -131,9 +131,9 @@ def test_explain_shows_the_terms_behind_the_best_nodes(trace_dir: Path) -> None:
     assert len(rows) == 2
     for row in rows:
         cells = [cell.strip() for cell in row.strip("│┃ ").split("│")]
-        before, after, score, bonus, total = (float(c) for c in cells[1:6])
+        before, after, kept, score, bonus, total = (float(c) for c in cells[1:7])
         assert total == pytest.approx(score + bonus, abs=1e-3)
-        expected = np.trunc(100 / (1 + np.exp(-(before - after))))
+        expected = np.trunc(100 / (1 + np.exp(-(before - after - kept))))
         assert abs(score - expected) <= 1  # the table rounds the fragmentation to 3 places
 
 
@@ -151,6 +151,14 @@ def test_explain_rejects_a_load_out_of_range() -> None:
         (["--bind-concurrency", "0"], "--bind-concurrency"),
         (["--lease-duration", "5", "--renew-deadline", "6"], "--renew-deadline"),
         (["--log-level", "loud"], "--log-level"),
+        (["--http-address", "0.0.0.0:9402"], "--http-address: 0.0.0.0 is not loopback"),
+        (["--tls-cert", "cert.pem"], "--tls-cert/--tls-key: give both"),
+        (["--tls-cert", "no.pem", "--tls-key", "no.key"], "--tls-cert/--tls-key: no.pem"),
+        (
+            ["--http-address", "0.0.0.0:9402", "--no-api", "--insecure-local"],
+            "--insecure-local: only with a loopback",
+        ),
+        (["--api-audience", ""], "--api-audience"),
     ],
 )
 def test_control_plane_bad_options_name_the_option(

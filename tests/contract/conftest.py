@@ -6,7 +6,6 @@ helm fails the tests: skipping would hide exactly what they check.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -15,18 +14,17 @@ from typing import Any
 import pytest
 import yaml
 
+from gpupool.devcluster.binaries import MissingBinariesError, find_helm
+
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpupool"
 Render = Callable[..., list[dict[str, Any]]]
 
 
 def helm_binary() -> Path:
-    configured = os.environ.get("GPUPOOL_HELM")
-    if configured:
-        return Path(configured)
-    found = sorted((Path.home() / ".cache" / "gpupool" / "helm").glob("helm-*/bin/helm"))
-    if not found:
-        pytest.fail("helm not found: run scripts/build-helm.sh (make test does)")
-    return found[-1]
+    try:
+        return find_helm()
+    except MissingBinariesError as missing:
+        pytest.fail(f"helm not found: {missing}")
 
 
 def helm_template(

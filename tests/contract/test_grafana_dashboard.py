@@ -1,8 +1,8 @@
 """deploy/grafana/gpupool.json asks only for metrics the scheduler exports, in valid PromQL.
 
 The exported names come from a real scrape of the scheduler's registry (a LiveScheduler that
-never reaches a server), so renaming a metric in gpupool.kube.metrics fails here until the
-dashboard follows. Every expression is also parsed by promtool (``promtool check rules`` over a
+never reaches a server), so renaming a metric in gpupool.kube.controlplane.metrics fails here until
+the dashboard follows. Every expression is also parsed by promtool (``promtool check rules`` over a
 rules file holding them), with Grafana's ``$__rate_interval`` replaced by a fixed range.
 """
 
@@ -20,9 +20,10 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpupool.kube.api import KubeAPI
-from gpupool.kube.live import LiveConfig, LiveScheduler
-from gpupool.kube.metrics import scheduler_registry
+from gpupool.kube.client.api import KubeAPI
+from gpupool.kube.controlplane.metrics import scheduler_registry
+from gpupool.kube.scheduler.config import LiveConfig
+from gpupool.kube.scheduler.live import LiveScheduler
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "gpupool.json"
 PROMQL_WORDS = {

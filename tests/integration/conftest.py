@@ -19,7 +19,7 @@ import pytest
 
 from gpupool.devcluster.certs import write_serving_cert
 from gpupool.devcluster.controlplane import LocalControlPlane
-from gpupool.kube.api import KubeAPI
+from gpupool.kube.client.api import KubeAPI
 
 from .live_helpers import SchedulerProcesses
 from .webhook_helpers import WebhookProcess
@@ -62,16 +62,37 @@ async def namespace(api: KubeAPI) -> str:
     return name
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Keep each phase's report on the test item, for fixtures that say more on a failure."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+REPLICA_LOG_LINES = 60
+
+
 @pytest.fixture
 def schedulers(
-    control_plane: LocalControlPlane, namespace: str, tmp_path: Path
+    control_plane: LocalControlPlane, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[SchedulerProcesses]:
-    """``gpupool control-plane`` replicas for one test, on a Lease of the test's own."""
+    """``gpupool control-plane`` replicas for one test, on a Lease of the test's own.
+
+    When the test failed, the end of each replica's log is printed (pytest shows it under the
+    failure): the temporary folder holding the logs is gone by the time anyone looks, and a
+    replica that stalled says why only there.
+    """
     processes = SchedulerProcesses(control_plane.kubeconfig, f"lease-{namespace}", tmp_path)
     try:
         yield processes
     finally:
         processes.stop_all()
+        called = getattr(request.node, "report_call", None)
+        if called is not None and called.failed:
+            for log in sorted(tmp_path.glob("*.log")):
+                tail = log.read_text(errors="replace").splitlines()[-REPLICA_LOG_LINES:]
+                print(f"--- {log.name} (last {len(tail)} lines) ---", *tail, sep="\n")
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,8 @@ import asyncio
 import json
 import os
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterable
@@ -13,14 +15,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import yaml
+from benchlib.allocation_check import check_allocations, inventory
+from cryptography import x509
 
+from gpupool.agent.podresources import HeldDevices
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
-from gpupool.kube.allocation_check import check_allocations, inventory
-from gpupool.kube.api import ApiError, KubeAPI
+from gpupool.kube.client.api import ApiError, KubeAPI
 
 Json = dict[str, Any]
+
+
+class NoKubelet:
+    """The agent's kubelet port where no kubelet runs: no device is held by any pod."""
+
+    async def held(self) -> list[HeldDevices]:
+        return []
 
 
 def gpu_pod(
@@ -101,7 +113,7 @@ def pending_reason(pod: Json) -> str:
 async def assert_no_gpu_given_twice(api: KubeAPI, pods: Iterable[Json]) -> int:
     """The shared checker's rules hold for these pods on the cluster's nodes; GPUs in use.
 
-    See :mod:`gpupool.kube.allocation_check`: no GPU over 1000 milli or its memory, whole GPUs
+    See :mod:`benchlib.allocation_check`: no GPU over 1000 milli or its memory, whole GPUs
     exclusive, every bound pod with a record naming its node.
     """
     check = check_allocations(pods, inventory(await api.list_items("/api/v1/nodes")))
@@ -163,6 +175,8 @@ class SchedulerProcesses:
                 process.wait(10)
             except subprocess.TimeoutExpired:
                 process.kill()
+                process.wait()  # else the Popen is collected running: a ResourceWarning, which
+                # the warnings-as-errors setting turns into an error in whichever test runs then
         self.running.clear()
 
     def log(self, identity: str) -> str:
@@ -305,3 +319,113 @@ async def create_mig_node(api: KubeAPI, name: str, labels: dict[str, str], slice
         for part in ("allocatable", "capacity"):
             manifest["status"][part][f"gpupool.io/mig-{profile}"] = str(count)
     await api.create("/api/v1/nodes", manifest)
+
+
+async def service_account_token(
+    api: KubeAPI,
+    namespace: str,
+    account: str,
+    *,
+    audience: str | None = None,
+    bound_pod: Json | None = None,
+) -> str:
+    """A token from the TokenRequest API (the ServiceAccount is created if missing).
+
+    ``audience``: the token is valid only for it (default: the API server's own);
+    ``bound_pod``: bound to that pod, so it carries the pod's node as the user extra
+    ``authentication.kubernetes.io/node-name``, as the kubelet's projected tokens do.
+    """
+    try:
+        await api.create(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": account}}
+        )
+    except ApiError as error:
+        if error.status != 409:
+            raise
+    spec: Json = {}
+    if audience is not None:
+        spec["audiences"] = [audience]
+    if bound_pod is not None:
+        meta = bound_pod["metadata"]
+        spec["boundObjectRef"] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": meta["name"],
+            "uid": meta["uid"],
+        }
+    answer = await api.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+    )
+    token: str = answer["status"]["token"]
+    return token
+
+
+def token_api(server: str, ca: Path, token: str) -> KubeAPI:
+    """A client of ``server`` that authenticates with ``token`` only (as a pod's would)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    headers = {"Authorization": f"Bearer {token}"}
+    return KubeAPI(httpx2.AsyncClient(base_url=server, verify=context, headers=headers))
+
+
+def served_serial(url: str, ca: Path) -> int:
+    """The serial of the certificate a fresh TLS handshake with ``url`` gets."""
+    host, port = url.removeprefix("https://").rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(ca))
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+async def hammer_while(
+    url: str, ca: Path, change: Any, seconds: float = 3.0
+) -> tuple[int, list[str]]:
+    """Fresh TLS connections to ``/healthz`` before, during and after ``change()``.
+
+    Returns:
+        (requests answered 200, failures).
+    """
+    failures: list[str] = []
+    answered = [0]
+    stop = asyncio.Event()
+
+    async def one_client() -> None:
+        context = ssl.create_default_context(cafile=str(ca))
+        while not stop.is_set():
+            # a new client per request: every request is a new handshake
+            async with httpx2.AsyncClient(verify=context, timeout=5) as http:
+                try:
+                    answer = await http.get(f"{url}/healthz")
+                    if answer.status_code != 200:
+                        failures.append(f"{answer.status_code} {answer.text}")
+                    else:
+                        answered[0] += 1
+                except httpx2.HTTPError as error:
+                    failures.append(repr(error))
+
+    clients = [asyncio.create_task(one_client()) for _ in range(4)]
+    await asyncio.sleep(seconds / 3)
+    change()
+    await asyncio.sleep(2 * seconds / 3)
+    stop.set()
+    await asyncio.gather(*clients)
+    return answered[0], failures
+
+
+async def grant_role(api: KubeAPI, namespace: str, user: str, rules: list[Json]) -> None:
+    """A Role ``<user>-pods`` with ``rules`` in ``namespace``, bound to the user ``user``."""
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    name = f"{user}-pods"
+    await api.create(f"{rbac}/roles", {"metadata": {"name": name}, "rules": rules})
+    await api.create(
+        f"{rbac}/rolebindings",
+        {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    )

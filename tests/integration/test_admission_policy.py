@@ -16,15 +16,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
 from gpupool.devcluster.controlplane import LocalControlPlane
-from gpupool.kube.admission_policy import POLICY_NAME, POLICY_PATH
-from gpupool.kube.api import MERGE_PATCH, ApiError, KubeAPI
-from gpupool.kube.crds import install_crds
-from gpupool.kube.rbac import grant_scheduler_role
+from gpupool.kube.client.api import MERGE_PATCH, ApiError, KubeAPI
+from gpupool.kube.install.admission_policy import POLICY_NAME, POLICY_PATH
+from gpupool.kube.install.crds import install_crds
+from gpupool.kube.install.rbac import grant_scheduler_role
 
-from .live_helpers import SchedulerProcesses, gpu_pod, make_nodes, pod_allocation, wait_for
+from .live_helpers import (
+    SchedulerProcesses,
+    gpu_pod,
+    grant_role,
+    make_nodes,
+    pod_allocation,
+    wait_for,
+)
 
 SCHEDULER = "gpupool-scheduler"
 TENANT = "tenant"
@@ -53,20 +61,6 @@ BINDER_RULES = [
     {"apiGroups": [""], "resources": ["pods/binding", "bindings"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create"]},
 ]
-
-
-async def _grant(api: KubeAPI, namespace: str, user: str, rules: list[dict[str, Any]]) -> None:
-    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
-    name = f"{user}-pods"
-    await api.create(f"{rbac}/roles", {"metadata": {"name": name}, "rules": rules})
-    await api.create(
-        f"{rbac}/rolebindings",
-        {
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-        },
-    )
 
 
 def _with_allocation(pod: dict[str, Any], value: str = FORGED) -> dict[str, Any]:
@@ -130,7 +124,7 @@ async def test_the_policy_type_checks_with_the_identities_installed(
 async def test_a_tenant_cannot_create_a_pod_with_an_allocation(
     users: dict[str, Path], api: KubeAPI, namespace: str
 ) -> None:
-    await _grant(api, namespace, TENANT, EDIT_POD_RULES)
+    await grant_role(api, namespace, TENANT, EDIT_POD_RULES)
     tenant = KubeAPI.from_kubeconfig(users[TENANT])
     path = f"/api/v1/namespaces/{namespace}/pods"
     try:
@@ -157,7 +151,7 @@ async def test_only_the_scheduler_binds_with_an_allocation_and_nobody_changes_it
     namespace: str,
     tmp_path: Path,
 ) -> None:
-    await _grant(api, namespace, TENANT, EDIT_POD_RULES)
+    await grant_role(api, namespace, TENANT, EDIT_POD_RULES)
     await make_nodes(api, namespace, 1, gpus=2)
     tenant = KubeAPI.from_kubeconfig(users[TENANT])
     pod_path = f"/api/v1/namespaces/{namespace}/pods/job"
@@ -215,7 +209,7 @@ async def test_only_the_scheduler_binds_with_an_allocation_and_nobody_changes_it
 async def test_a_binding_cannot_carry_an_allocation_for_anyone_else(
     users: dict[str, Path], api: KubeAPI, namespace: str
 ) -> None:
-    await _grant(api, namespace, BINDER, BINDER_RULES)
+    await grant_role(api, namespace, BINDER, BINDER_RULES)
     (node,) = await make_nodes(api, namespace, 1, gpus=2)
     binder = KubeAPI.from_kubeconfig(users[BINDER])
     pods = f"/api/v1/namespaces/{namespace}/pods"
@@ -292,3 +286,52 @@ async def test_install_crds_installs_the_policy_for_the_identities_given(
     assert expression == (
         f'!(request.userInfo.username in ["{SCHEDULER}", "system:serviceaccount:ops:binder"])'
     )
+
+
+async def test_a_control_plane_the_policy_refuses_says_so_once_and_is_not_ready(
+    users: dict[str, Path],
+    control_plane: LocalControlPlane,
+    api: KubeAPI,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """Started with the admin kubeconfig, as a new user would: one error with the fix, 503."""
+    await make_nodes(api, namespace, 1, gpus=2)
+    pod_path = f"/api/v1/namespaces/{namespace}/pods/job"
+    job = gpu_pod("job", selector={"test": namespace})
+    await api.create(f"/api/v1/namespaces/{namespace}/pods", job)
+    schedulers = SchedulerProcesses(control_plane.kubeconfig, f"lease-{namespace}", tmp_path)
+    try:
+        schedulers.start("admin")
+        url = await schedulers.http_url("admin")
+        async with httpx2.AsyncClient(base_url=url) as client:
+
+            async def refused() -> bool:
+                answer = await client.get("/readyz")
+                return answer.status_code == 503 and "admission policy" in answer.text
+
+            await wait_for(refused, 30, "/readyz to say the policy refuses this identity")
+            reason = (await client.get("/readyz")).text
+            assert f"does not let {ADMIN} write gpupool.io/allocation" in reason
+            assert f"install-crds --scheduler-identity {ADMIN}" in reason
+            await asyncio.sleep(3)  # long enough for many cycles: nothing is bound, nothing logged
+            assert not (await api.get(pod_path))["spec"].get("nodeName")
+            log = schedulers.log("admin")
+            assert log.count("not ready: the admission policy") == 1, log
+            assert "Forbidden" not in log, log
+            assert f"bind {namespace}/job" not in log, log  # no 403 per bind
+
+            await _install(api, namespace, (SCHEDULER, ADMIN))  # the fix the message gives
+
+            async def ready() -> bool:
+                return (await client.get("/readyz")).status_code == 200
+
+            await wait_for(ready, 60, "/readyz once the identity is listed (no restart)")
+
+            async def bound() -> bool:
+                return bool((await api.get(pod_path))["spec"].get("nodeName"))
+
+            await wait_for(bound, 30, "the pod to be bound once allowed")
+    finally:
+        schedulers.stop_all()
+        await _install(api, namespace, (SCHEDULER,))

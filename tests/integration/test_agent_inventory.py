@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -9,13 +10,12 @@ import msgspec
 
 from gpupool.agent.fakenvml import FakeNvml
 from gpupool.agent.handoff import HandoffConfig
-from gpupool.agent.podresources import HeldDevices
 from gpupool.agent.service import Agent, AgentConfig, ApiPods
-from gpupool.kube.api import KubeAPI
-from gpupool.kube.crds import install_crds
-from gpupool.kube.records import NodeRecord
-from gpupool.kube.translate import node_spec
-from gpupool.kube.vocabulary import (
+from gpupool.kube.client.api import ApiError, KubeAPI
+from gpupool.kube.install.crds import install_crds
+from gpupool.kube.objects.records import NodeRecord
+from gpupool.kube.objects.translate import node_spec
+from gpupool.kube.objects.vocabulary import (
     ANNOTATION_GPU_UNHEALTHY,
     ANNOTATION_GPU_USAGE,
     ANNOTATION_GPU_UUIDS,
@@ -24,10 +24,7 @@ from gpupool.kube.vocabulary import (
     RESOURCE_GPU,
 )
 
-
-class NoKubelet:
-    async def held(self) -> list[HeldDevices]:
-        return []
+from .live_helpers import NoKubelet
 
 
 async def _node(api: KubeAPI, name: str) -> NodeRecord:
@@ -119,12 +116,18 @@ async def test_deploy_manifests_are_accepted_by_the_api_server(api: KubeAPI) -> 
     import yaml
 
     repo = Path(__file__).resolve().parents[2]
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
     paths = {
-        "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-        "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        "ClusterRole": f"{rbac}/clusterroles",
+        "ClusterRoleBinding": f"{rbac}/clusterrolebindings",
         "ServiceAccount": "/api/v1/namespaces/kube-system/serviceaccounts",
         "DaemonSet": "/apis/apps/v1/namespaces/kube-system/daemonsets",
+        # the public key's reader, in the scheduler's namespace
+        "Role": f"{rbac}/namespaces/gpupool-system/roles",
+        "RoleBinding": f"{rbac}/namespaces/gpupool-system/rolebindings",
     }
+    with contextlib.suppress(ApiError):  # already there from another test: fine
+        await api.create("/api/v1/namespaces", {"metadata": {"name": "gpupool-system"}})
     kinds = []
     for name in ("agent-rbac.yaml", "agent-daemonset.yaml"):
         for document in yaml.safe_load_all((repo / "deploy" / name).read_text()):

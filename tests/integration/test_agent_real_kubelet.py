@@ -28,8 +28,8 @@ import pytest
 
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.devcluster.processes import free_port
-from gpupool.kube.api import KubeAPI
-from gpupool.kube.crds import install_crds
+from gpupool.kube.client.api import KubeAPI
+from gpupool.kube.install.crds import install_crds
 
 from .live_helpers import SchedulerProcesses, gpu_pod, list_pods, wait_for
 
@@ -114,6 +114,8 @@ class RealNode:
                 "--fake-gpus=h100",
                 f"--plugin-dir={PLUGIN_DIR}",
                 f"--pod-resources-socket={self.root}/kubelet/pod-resources/kubelet.sock",
+                f"--plugins-registry-dir={self.root}/kubelet/plugins_registry",
+                f"--plugins-dir={self.root}/kubelet/plugins",
                 f"--cdi-dir={self.root}/cdi",
                 f"--state-dir={self.root}/agent",
                 f"--mps-root={self.root}/mps",
@@ -140,8 +142,8 @@ class RealNode:
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line]
 
-    def specs(self) -> set[str]:
-        return {p.name for p in (self.root / "cdi").glob("gpupool.io-container-*.json")}
+    def specs(self, kind: str = "container") -> set[str]:
+        return {p.name for p in (self.root / "cdi").glob(f"gpupool.io-{kind}-*.json")}
 
 
 @pytest.fixture
@@ -276,7 +278,8 @@ async def test_shares_under_a_real_kubelet(
 
     await wait_for(usage_published, 60, "the usage signal of the 20 pods on the Node")
 
-    # forged and missing records, on pods bound without the scheduler: refused, never started
+    # forged and missing records, on pods bound without the scheduler (no bypass policy in this
+    # module): refused, never started
     forged = gpu_pod("forged", cores=10, memory_mib=1024)
     forged["spec"]["containers"][0]["resources"].pop("requests")
     forged["spec"]["nodeName"] = node.name
@@ -292,8 +295,8 @@ async def test_shares_under_a_real_kubelet(
     del missing["metadata"]["annotations"]["gpupool.io/allocation"]
     for pod in (forged, missing):
         await api.create(f"/api/v1/namespaces/{namespace}/pods", pod)
-    expected = {
-        "forged": f"is not GPU 1 of this node (GPU-{node.name}-1)",
+    expected = {  # the forger has no private key: the signature is the first thing that fails
+        "forged": "gpupool.io/allocation.sig: not signed by this cluster's gpupool scheduler",
         "missing": "has no gpupool.io/allocation record",
     }
 
@@ -320,7 +323,8 @@ async def test_shares_under_a_real_kubelet(
     node.stop("agent")
     node.start_agent()
     await asyncio.sleep(5)
-    assert await registered()
+    # a new Python process on a crowded machine can take longer than 5 s to register
+    await wait_for(registered, 60, "re-registration after an agent restart")
     assert node.specs() == specs
 
     # a newcomer after both restarts gets a GPU and caps of its own
@@ -348,3 +352,174 @@ async def test_shares_under_a_real_kubelet(
 
     await wait_for(collected, 120, "every pod gone and every CDI spec collected")
     assert json.loads((node.root / "agent" / "handoff.json").read_text()) == {}
+
+
+RESOURCE = "/apis/resource.k8s.io/v1"
+
+
+def _claim_pod(name: str, node: str, claim: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,  # placed by hand, as gpupool's scheduler will (part 2)
+            "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+            "containers": [
+                {"name": "main", "image": IMAGE, "resources": {"claims": [{"name": "gpu"}]}}
+            ],
+        },
+    }
+
+
+def _request(device_class: str, **exactly: Any) -> dict[str, Any]:
+    return {"name": "gpu", "exactly": {"deviceClassName": device_class, **exactly}}
+
+
+async def _allocate(
+    api: KubeAPI, namespace: str, claim: str, pod: dict[str, Any], node: str, results: list[Any]
+) -> None:
+    """Write the allocation, reservedFor and gpupool's record, as the scheduler will."""
+    from gpupool.kube.objects.claim_devices import share_id
+
+    stored = await api.get(f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{claim}")
+    uid = stored["metadata"]["uid"]
+    full = [
+        {
+            "request": "gpu",
+            "driver": "gpu.gpupool.io",
+            "pool": node,
+            "device": device,
+            "shareID": share_id(uid, device),
+            "consumedCapacity": consumed,
+        }
+        for device, consumed in results
+    ]
+    record = {"node": node, "results": full, "scheduler": "test", "time": "t", "sig": ""}
+    path = f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{claim}"
+    await api.patch(
+        path, {"metadata": {"annotations": {"gpupool.io/claim-allocation": json.dumps(record)}}}
+    )
+    selector = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    await api.patch(
+        f"{path}/status",
+        {
+            "status": {
+                "allocation": {
+                    "devices": {"results": full},
+                    "nodeSelector": {"nodeSelectorTerms": [selector]},
+                },
+                "reservedFor": [
+                    {
+                        "resource": "pods",
+                        "name": pod["metadata"]["name"],
+                        "uid": pod["metadata"]["uid"],
+                    }
+                ],
+            }
+        },
+    )
+
+
+async def test_dra_claims_under_a_real_kubelet(
+    api: KubeAPI, namespace: str, real_node: RealNode
+) -> None:
+    node = real_node
+    await install_crds(api)  # gpupool's DeviceClasses with the CRDs
+    node.start_runtime()
+    node.start_kubelet()
+    node.start_agent()
+
+    async def published() -> bool:
+        try:
+            stored = await api.get(f"{RESOURCE}/resourceslices/{node.name}-gpu.gpupool.io")
+        except Exception:  # not yet, or wiped by the kubelet's start
+            return False
+        return len(stored["spec"]["devices"]) == 8
+
+    await wait_for(published, 90, "the agent's ResourceSlice after registering with the kubelet")
+    claims = f"{RESOURCE}/namespaces/{namespace}/resourceclaims"
+    share = {"memory": "8Gi", "compute": "250m"}
+    whole = {"memory": "81559Mi", "compute": "1"}
+    cases = {
+        "share": (
+            _request("gpu-share.gpupool.io", capacity={"requests": share}),
+            [("gpu-3", share)],
+        ),
+        "two": (_request("gpu.gpupool.io", count=2), [("gpu-5", whole), ("gpu-6", whole)]),
+    }
+    pods = {}
+    for name, (request, _) in cases.items():
+        await api.create(
+            claims,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name},
+                "spec": {"devices": {"requests": [request]}},
+            },
+        )
+        pods[name] = await api.create(
+            f"/api/v1/namespaces/{namespace}/pods", _claim_pod(f"pod-{name}", node.name, name)
+        )
+    for name, (_, results) in cases.items():
+        await _allocate(api, namespace, name, pods[name], node.name, results)
+
+    async def running() -> bool:
+        return await _running(api, namespace, {f"pod-{n}" for n in cases})
+
+    await wait_for(running, 120, "both claim pods Running on the real kubelet")
+    created = {c["pod"]: c for c in node.created_containers()}
+    uids = {n: (await api.get(f"{claims}/{n}"))["metadata"]["uid"] for n in cases}
+    shared = created["pod-share"]
+    assert shared["cdiDevices"] == [f"gpupool.io/claim={uids['share']}"]
+    assert shared["env"]["CUDA_VISIBLE_DEVICES"] == f"GPU-{node.name}-3"
+    assert shared["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M"
+    assert shared["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert shared["env"]["GPUPOOL_CLAIM_UID"] == uids["share"]
+    assert "/dev/nvidia3" in shared["deviceNodes"]
+    two = created["pod-two"]
+    assert two["cdiDevices"] == [f"gpupool.io/claim={uids['two']}"]
+    assert two["env"]["CUDA_VISIBLE_DEVICES"] == f"GPU-{node.name}-5,GPU-{node.name}-6"
+    assert not {k for k in two["env"] if k.startswith("CUDA_MPS")}
+    assert {"/dev/nvidia5", "/dev/nvidia6"} <= set(two["deviceNodes"])
+    assert node.specs("claim") == {f"gpupool.io-claim-{uid}.json" for uid in uids.values()}
+
+    # a claim gpupool did not allocate (no record): the kubelet shows the agent's refusal
+    await api.create(
+        claims,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "forged"},
+            "spec": {"devices": {"requests": [_request("gpu.gpupool.io")]}},
+        },
+    )
+    forged = await api.create(
+        f"/api/v1/namespaces/{namespace}/pods", _claim_pod("pod-forged", node.name, "forged")
+    )
+    await _allocate(api, namespace, "forged", forged, node.name, [("gpu-3", whole)])
+    await api.patch(
+        f"{claims}/forged",
+        {"metadata": {"annotations": {"gpupool.io/claim-allocation": None}}},
+    )
+
+    async def refused() -> bool:
+        events = await api.get(f"/api/v1/namespaces/{namespace}/events")
+        return any(
+            "no gpupool.io/claim-allocation record" in e.get("message", "") for e in events["items"]
+        )
+
+    await wait_for(refused, 120, "the kubelet to report the agent's refusal of the forged claim")
+    assert "pod-forged" not in {c["pod"] for c in node.created_containers()}
+
+    # deletion: the kubelet unprepares, the agent removes the claims' specs and checkpoint
+    for name in ("share", "two", "forged"):
+        await api.delete(f"/api/v1/namespaces/{namespace}/pods/pod-{name}")
+
+    async def unprepared() -> bool:
+        return not await list_pods(api, namespace) and not node.specs("claim")
+
+    await wait_for(unprepared, 120, "every claim pod gone and every claim unprepared")
+    assert json.loads((node.root / "agent" / "dra-claims.json").read_text()) == {}

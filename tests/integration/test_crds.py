@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gpupool.devcluster.controlplane import LocalControlPlane
-from gpupool.kube.api import ApiError, JsonObject, KubeAPI
-from gpupool.kube.crds import CRD_PATH, crd_manifests, install_crds
+from gpupool.kube.client.api import ApiError, JsonObject, KubeAPI
+from gpupool.kube.install.crds import CRD_PATH, crd_manifests, install_crds
 
 GROUP_VERSION = "gpupool.io/v1alpha1"
 PLURALS = {"GPUPool": "gpupools", "GPUQueue": "gpuqueues"}

@@ -18,9 +18,15 @@ from typing import Any
 
 import yaml
 
-from gpupool.kube.admission_policy import policy_manifests
-from gpupool.kube.api import ApiError, KubeAPI
-from gpupool.kube.rbac import scheduler_role, signing_key_role
+from gpupool.kube.client.api import ApiError, KubeAPI
+from gpupool.kube.install.admission_policy import (
+    agent_policy_manifests,
+    bypass_policy_manifests,
+    declared_runtime_manifests,
+    policy_manifests,
+    queue_class_manifests,
+)
+from gpupool.kube.install.rbac import scheduler_role, signing_key_role
 
 from .live_helpers import collection_path, establish_crds, thirdparty_crds
 
@@ -38,8 +44,8 @@ def _documents(pattern: str = "*.yaml") -> list[tuple[str, dict[str, Any]]]:
 
 
 def _scheduler_by_kind() -> dict[str, dict[str, Any]]:
-    """The scheduler's documents (its files and the admission policy) by kind."""
-    documents = _documents("scheduler-*.yaml") + _documents("admission-policy.yaml")
+    """The scheduler's documents (its files and the allocation policy) by kind."""
+    documents = _documents("scheduler-*.yaml") + _documents("admission-policy.yaml")[:2]
     return {document["kind"]: document for _, document in documents}
 
 
@@ -81,8 +87,14 @@ def test_the_files_match_what_the_code_installs() -> None:
     by_kind = _scheduler_by_kind()
     assert by_kind["ClusterRole"] == scheduler_role()
     assert by_kind["Role"] == signing_key_role("gpupool-system")
-    shipped = [by_kind["ValidatingAdmissionPolicy"], by_kind["ValidatingAdmissionPolicyBinding"]]
-    assert shipped == policy_manifests()
+    shipped = [document for _, document in _documents("admission-policy.yaml")]
+    assert shipped == policy_manifests() + bypass_policy_manifests() + agent_policy_manifests()
+    assert [document for _, document in _documents("queue-class-policy.yaml")] == (
+        queue_class_manifests()
+    )
+    assert [document for _, document in _documents("declared-runtime-policy.yaml")] == (
+        declared_runtime_manifests()
+    )
 
 
 def test_the_deployment_runs_the_scheduler_as_its_account_with_probes() -> None:

@@ -1,4 +1,4 @@
-"""``gpupool dev-cluster up`` and ``gpupool bench live`` as a user runs them: real subprocesses.
+"""``gpupool dev-cluster up`` and ``bench/live_throughput.py`` as a user runs them, as subprocesses.
 
 The dev cluster must give Ready GPU nodes, and a Ctrl-C or SIGTERM must leave no etcd,
 kube-apiserver, kwok or kube-scheduler behind. The live bench must bind every pod with both
@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
+from benchlib.live_setup import kube_nodes_to_find
 
-from gpupool.bench.live_setup import kube_nodes_to_find
-from gpupool.kube.api import ApiError, KubeAPI
+from gpupool.kube.client.api import ApiError, KubeAPI
 
 pytestmark = pytest.mark.integration
 
@@ -220,19 +220,32 @@ async def test_dev_cluster_up_serves_ready_gpu_nodes_and_stops_cleanly(
     assert (folder / "kube-apiserver.log").is_file()  # --dir keeps the logs
 
 
+LIVE_BENCH = Path(__file__).resolve().parents[2] / "bench" / "live_throughput.py"
+
+
+def live_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(LIVE_BENCH), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "option"),
     [
         (["dev-cluster", "up", "--nodes", "0"], "--nodes"),
         (["dev-cluster", "up", "--gpus-per-node", "-1"], "--gpus-per-node"),
-        (["bench", "live", "--pods", "0"], "--pods"),
-        (["bench", "live", "--nodes", "2", "--pods", "17"], "--pods"),
-        (["bench", "live", "--schedulers", "volcano"], "--schedulers"),
-        (["bench", "live", "--runs", "3"], "--runs"),
+        (["bench-live", "--pods", "0"], "--pods"),
+        (["bench-live", "--nodes", "2", "--pods", "17"], "--pods"),
+        (["bench-live", "--schedulers", "volcano"], "--schedulers"),
+        (["bench-live", "--runs", "3"], "--runs"),
     ],
 )
 def test_bad_options_fail_with_one_line_naming_the_option(args: list[str], option: str) -> None:
-    done = gpupool(*args)
+    done = live_bench(*args[1:]) if args[0] == "bench-live" else gpupool(*args)
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: {option}:"), done.stderr
     assert done.stderr.count("\n") == 1
@@ -241,9 +254,8 @@ def test_bad_options_fail_with_one_line_naming_the_option(args: list[str], optio
 
 def test_bench_live_binds_every_pod_with_both_schedulers_in_abba_order(tmp_path: Path) -> None:
     out = tmp_path / "live.json"
-    done = gpupool(
-        "bench", "live", "--nodes", "3", "--pods", "20", "--runs", "2", "--json", str(out),
-        "--timeout", "120",
+    done = live_bench(
+        "--nodes", "3", "--pods", "20", "--runs", "2", "--json", str(out), "--timeout", "120"
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())

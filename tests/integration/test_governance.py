@@ -19,18 +19,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import msgspec
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gpupool.kube.api import ApiError, KubeAPI
-from gpupool.kube.crds import install_crds
-from gpupool.kube.governance import GovernanceConfig, GovernanceController
-from gpupool.kube.informer import ADDED
-from gpupool.kube.live import LiveConfig, LiveScheduler
-from gpupool.kube.metrics import scheduler_registry
-from gpupool.kube.records import PodRecord
-from gpupool.kube.signing import RecordSigner
+from gpupool.kube.client.api import ApiError, KubeAPI
+from gpupool.kube.client.informer import ADDED
+from gpupool.kube.controlplane.metrics import scheduler_registry
+from gpupool.kube.governance.controller import GovernanceConfig, GovernanceController
+from gpupool.kube.install.crds import install_crds
+from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.objects.signing import RecordSigner
+from gpupool.kube.scheduler.config import LiveConfig
+from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.store.engine import open_store
 from gpupool.store.queries import AuditQuery, allocations_overlapping, audit_events_matching
 from gpupool.store.records import AuditAction, AuditEvent
@@ -88,28 +90,39 @@ class Governed:
     async def pod(self, name: str) -> Json:
         return await self.api.get(f"/api/v1/namespaces/{self.namespace}/pods/{name}")
 
-    async def publish_usage(self, usage: dict[str, tuple[float, float]]) -> None:
-        """Write the agent's annotation: per pod uid (SM %, last active), sampled now."""
+    async def publish_usage(
+        self,
+        usage: dict[str, tuple[float, float]],
+        memory_busy: dict[str, float] | None = None,
+        node: str | None = None,
+    ) -> None:
+        """Write the agent's annotation: per pod uid (SM %, last active), sampled now.
+
+        ``memory_busy``: memory-controller utilisation per pod uid (absent: the field is left
+        out, as an agent older than it writes). On the test's node, or on ``node`` (as a forger
+        with some agent's token would).
+        """
+        target = node or self.node
         now = self.clock()
         stamp = _rfc3339(now)
-        document = {
-            "sampledAt": stamp,
-            "pods": {
-                uid: {"smPercent": sm, "memoryMib": 1024, "lastActive": _rfc3339(last)}
-                for uid, (sm, last) in usage.items()
-            },
+        pods: dict[str, Json] = {
+            uid: {"smPercent": sm, "memoryMib": 1024, "lastActive": _rfc3339(last)}
+            for uid, (sm, last) in usage.items()
         }
+        for uid, busy in (memory_busy or {}).items():
+            pods[uid]["memoryBusyPercent"] = busy
+        document = {"sampledAt": stamp, "pods": pods}
         text = json.dumps(document)
         await self.api.patch(
-            f"/api/v1/nodes/{self.node}",
+            f"/api/v1/nodes/{target}",
             {"metadata": {"annotations": {"gpupool.io/gpu-usage": text}}},
         )
 
         async def seen() -> bool:
-            node = self.scheduler.state.nodes.get(self.node)
-            return node is not None and node.metadata.annotations.get("gpupool.io/gpu-usage") == (
-                text
-            )
+            cached = self.scheduler.state.nodes.get(target)
+            return cached is not None and cached.metadata.annotations.get(
+                "gpupool.io/gpu-usage"
+            ) == (text)
 
         await wait_for(seen, 30, "the usage annotation to reach the cache")
 
@@ -164,7 +177,7 @@ async def governed(api: KubeAPI, namespace: str, tmp_path: Path) -> AsyncIterato
     writer = StoreWriter(engine, flush_interval=0.05)
     writer.start()
     config = LiveConfig(identity=f"gov-{namespace}", scheduler_name=f"gov-{namespace}")
-    scheduler = LiveScheduler(api, config, signer=RecordSigner(b"governance-test-key-0123456789ab"))
+    scheduler = LiveScheduler(api, config, signer=RecordSigner.generate())
     clock = Clock()
     controller = GovernanceController(
         scheduler, GovernanceConfig(interval=3600, phantom_interval=0), writer, clock
@@ -191,23 +204,49 @@ def _uid(pod: Json) -> str:
     return str(pod["metadata"]["uid"])
 
 
+async def test_a_forged_usage_sample_on_another_node_changes_nothing(governed: Governed) -> None:
+    """Only a pod's own node speaks for it: another node's sample neither shields nor accuses."""
+    g = governed
+    (decoy,) = await make_nodes(g.api, f"{g.namespace}-decoy", 1)
+    pods = await g.start_pods("idle", "busy")
+    idle, busy = _uid(pods["idle"]), _uid(pods["busy"])
+    start = g.clock()
+    own = {idle: (0.0, start), busy: (80.0, start)}
+    forged = {idle: (95.0, start), busy: (0.0, start - 7200)}  # idle "active", busy "idle"
+    await g.publish_usage(own)
+    await g.publish_usage(forged, node=decoy.name)
+    await g.skip(61)  # past the idle grace
+    await g.publish_usage({**own, busy: (85.0, g.clock())})
+    await g.publish_usage({**forged, idle: (95.0, g.clock())}, node=decoy.name)
+    await g.controller.run_pass()
+    warned = (await g.pod("idle"))["metadata"]["annotations"]["gpupool.io/governance-warned"]
+    assert warned.startswith("idle@")  # the forged "active" sample did not shield it
+    assert "gpupool.io/governance-warned" not in (await g.pod("busy"))["metadata"].get(
+        "annotations", {}
+    )  # and the forged "idle" sample did not accuse the busy pod
+
+
 async def test_idle_pod_reclaimed_after_its_grace_active_and_exempt_pods_untouched(
     governed: Governed,
 ) -> None:
     g = governed
-    pods = await g.start_pods("idle", "active")
+    pods = await g.start_pods("idle", "active", "copying")
     pods |= await g.start_pods("exempt-idle", **{"gpupool.io/class": "serving"})
     start = g.clock()
-    idle, active, exempt = (_uid(pods[n]) for n in ("idle", "active", "exempt-idle"))
-    usage = {idle: (0.0, start), active: (80.0, start), exempt: (0.0, start)}
-    await g.publish_usage(usage)
+    idle, active, exempt, copying = (
+        _uid(pods[n]) for n in ("idle", "active", "exempt-idle", "copying")
+    )
+    # copying: SM 0 but its memory controller busy (a checkpoint streamed to the host)
+    usage = {idle: (0.0, start), active: (80.0, start), exempt: (0.0, start), copying: (0, start)}
+    busy = {copying: 30.0}
+    await g.publish_usage(usage, busy)
     await g.skip(0)
     assert (await g.pod("idle"))["metadata"].get("annotations", {}).get(
         "gpupool.io/governance-warned"
     ) is None
 
     await g.skip(61)  # idle for over the pool's idleGrace (1m): warned
-    await g.publish_usage({**usage, active: (75.0, g.clock())})
+    await g.publish_usage({**usage, active: (75.0, g.clock())}, busy)
     await g.controller.run_pass()
     warned = (await g.pod("idle"))["metadata"]["annotations"]["gpupool.io/governance-warned"]
     assert warned.startswith("idle@")
@@ -216,10 +255,10 @@ async def test_idle_pod_reclaimed_after_its_grace_active_and_exempt_pods_untouch
     await g.skip(30)  # half the grace: nothing yet
     assert not await g.gone_or_evicted("idle")
 
-    await g.publish_usage({**usage, active: (90.0, g.clock())})
+    await g.publish_usage({**usage, active: (90.0, g.clock())}, busy)
     await g.skip(31)  # the grace has passed and it is still idle: evicted
     await wait_for(lambda: g.gone_or_evicted("idle"), 30, "the idle pod's eviction")
-    for name in ("active", "exempt-idle"):
+    for name in ("active", "exempt-idle", "copying"):
         pod = await g.pod(name)
         assert pod["metadata"].get("deletionTimestamp") is None, name
         assert "gpupool.io/governance-warned" not in pod["metadata"].get("annotations", {}), name
@@ -234,6 +273,7 @@ async def test_idle_pod_reclaimed_after_its_grace_active_and_exempt_pods_untouch
     assert evicted.tenant == g.namespace
     assert evicted.pool == g.namespace
     assert [r.action for r in await g.audit(active)] == [AuditAction.BIND]
+    assert [r.action for r in await g.audit(copying)] == [AuditAction.BIND]
     assert g.controller.stats.reclaims["idle"] == 1
 
     text = _metrics(g)
@@ -247,6 +287,53 @@ async def test_idle_pod_reclaimed_after_its_grace_active_and_exempt_pods_untouch
         in (text)
     )
     assert 'pod="active"' not in text
+    assert 'pod="copying"' not in text  # busy memory: not idle
+
+
+async def _node_events(g: Governed, reason: str) -> list[Json]:
+    events = await g.api.list_items("/apis/events.k8s.io/v1/namespaces/default/events")
+    return [e for e in events if e["regarding"].get("name") == g.node and e.get("reason") == reason]
+
+
+async def test_a_silent_agent_never_makes_a_pod_idle_or_active(governed: Governed) -> None:
+    """The agent's last sample goes stale: no reclaim, no clearing, a metric and a Node Event."""
+    g = governed
+    pods = await g.start_pods("quiet")
+    uid = _uid(pods["quiet"])
+    await g.publish_usage({uid: (0.0, g.clock())})
+    await g.skip(61)  # idle past idleGrace on a sample 61 s old (fresh at a 60 s period): warned
+    warned = (await g.pod("quiet"))["metadata"]["annotations"]["gpupool.io/governance-warned"]
+    assert warned.startswith("idle@")
+    assert g.node not in g.controller.usage.silence.silent
+
+    await g.skip(200)  # the agent published nothing since: its sample is stale (> 3 periods)
+    await g.skip(60)  # past the reclaim grace, twice over
+    assert not await g.gone_or_evicted("quiet")
+    annotations = (await g.pod("quiet"))["metadata"]["annotations"]
+    assert annotations["gpupool.io/governance-warned"] == warned  # neither reclaimed nor cleared
+    assert g.node in g.controller.usage.silence.silent  # others may be silent too
+    silent = len(g.controller.usage.silence.silent)
+    assert f"gpupool_governance_stale_usage_nodes {silent:.1f}" in _metrics(g)
+    assert 'pod="quiet"' not in _metrics(g)  # not reported idle either
+
+    async def told() -> bool:
+        return bool(await _node_events(g, "GPUUsageStale"))
+
+    await wait_for(told, 30, "the Node Event saying the agent is silent")
+    [event] = await _node_events(g, "GPUUsageStale")
+    assert "neither idle nor active" in event["note"]
+
+    await g.publish_usage({uid: (0.0, g.clock() - 400)})  # back, and the pod is still idle
+    await g.controller.run_pass()
+    assert g.node not in g.controller.usage.silence.silent
+    assert g.controller.stats.stale_usage_nodes == silent - 1
+    await wait_for(lambda: g.gone_or_evicted("quiet"), 30, "the reclaim on fresh samples")
+    assert len(await _node_events(g, "GPUUsageStale")) == 1  # once, not once per pass
+
+    async def back() -> bool:
+        return bool(await _node_events(g, "GPUUsageFresh"))
+
+    await wait_for(back, 30, "the Node Event saying the agent is back")
 
 
 async def test_pod_past_its_queue_share_duration_is_warned_then_evicted(
@@ -403,6 +490,7 @@ async def test_control_plane_with_db_audits_binds_and_rejections(
     ]
     await create_pods(api, namespace, pods)
     url = f"sqlite+aiosqlite:///{tmp_path / 'control-plane.db'}"
+    schedulers.extra_args = ("--insecure-local",)  # the test reads the face from loopback
     process = schedulers.start("audited", env={"GPUPOOL_DB_URL": url})
 
     async def bound() -> bool:
@@ -411,6 +499,19 @@ async def test_control_plane_with_db_audits_binds_and_rejections(
 
     await wait_for(bound, 60, "the pod to be bound")
     await asyncio.sleep(2)  # the rejection of too-big is reported in the same cycles
+    face = await schedulers.http_url("audited")
+
+    async def served() -> bool:  # the face reads the same store (the writer lands within 1 s)
+        async with httpx2.AsyncClient(base_url=face) as client:
+            audit = (await client.get("/api/v1/audit", params={"limit": 1000})).json()
+        return f"{namespace}/fits" in {item["subject"] for item in audit["items"]}
+
+    await wait_for(served, 30, "the bind in the control plane's /api/v1/audit")
+    async with httpx2.AsyncClient(base_url=face) as client:
+        cost = (await client.get("/api/v1/cost")).json()
+        actions = (await client.get("/api/v1/governance/actions")).json()
+    assert (cost["configured"], actions["configured"]) == (True, True)
+    assert cost["buckets"]
     process.terminate()  # SIGTERM: the writer lands what it holds before the process exits
     assert process.wait(30) == 0
     engine = await open_store(url)

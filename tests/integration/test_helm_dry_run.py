@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupool.kube.api import ApiError, KubeAPI
+from gpupool.kube.client.api import ApiError, KubeAPI
 
 from .live_helpers import collection_path, establish_crds, thirdparty_crds
 
@@ -51,7 +51,11 @@ def _rendered(*values: str) -> list[dict[str, Any]]:
     [
         (),
         ("controlPlane.api=false", "admissionPolicy.enabled=false"),
-        ("webhook.certificate=cert-manager", "serviceMonitor.enabled=true"),
+        (
+            "webhook.certificate=cert-manager",
+            "controlPlane.certificate=cert-manager",
+            "serviceMonitor.enabled=true",
+        ),
     ],
 )
 async def test_every_rendered_manifest_passes_a_server_side_dry_run(

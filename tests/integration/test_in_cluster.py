@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx2
 
 from gpupool.devcluster.controlplane import LocalControlPlane
-from gpupool.kube.api import ApiError, KubeAPI
-from gpupool.kube.rbac import grant_scheduler_role
+from gpupool.kube.client.api import ApiError, KubeAPI
+from gpupool.kube.install.rbac import grant_scheduler_role
 
 from .live_helpers import SchedulerProcesses, create_pods, gpu_pod, make_nodes, wait_for
 

@@ -13,8 +13,8 @@ import pytest
 
 from gpupool.core.model import PodSpec
 from gpupool.devcluster.kube_demo import pod_manifest
-from gpupool.kube.records import PodRecord
-from gpupool.kube.translate import pod_spec
+from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.objects.translate import pod_spec
 from gpupool.sim.demo_workload import DemoArrivals
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gpupool.kube.api import KubeAPI
+from gpupool.kube.client.api import ApiError, KubeAPI
 
 from .live_helpers import (
     SchedulerProcesses,
@@ -161,10 +161,19 @@ async def test_two_replicas_only_the_leader_binds_and_the_standby_takes_over(
     sel = {"test": namespace}
     await make_nodes(api, namespace, 4, gpus=8)
     schedulers.start("alpha")
-    await asyncio.sleep(1.5)  # alpha takes the Lease first
+    lease = f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{schedulers.lease_name}"
+
+    async def alpha_leads() -> bool:  # a fixed sleep lost the race on a loaded machine
+        try:
+            held = await api.get(lease)
+        except ApiError:
+            return False
+        return bool(held["spec"].get("holderIdentity") == "alpha")
+
+    await wait_for(alpha_leads, 60, "alpha to take the Lease")
     schedulers.start("beta")
     await create_pods(api, namespace, [gpu_pod(f"a{i}", selector=sel) for i in range(12)])
-    await wait_for(lambda: _settled(api, namespace, 12), 30, "first batch bound")
+    await wait_for(lambda: _settled(api, namespace, 12), 60, "first batch bound")
     first = await list_pods(api, namespace)
     assert {pod_allocation(p)["scheduler"] for p in first} == {"alpha"}  # type: ignore[index]
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
-from gpupool.kube.api import ApiError, KubeAPI
+from gpupool.kube.client.api import ApiError, KubeAPI
 
 
 async def _wait_for(api: KubeAPI, path: str, check: object, timeout: float = 20.0) -> dict:

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpupool.devcluster.controlplane import LocalControlPlane
-from gpupool.kube.api import KubeAPI
+from gpupool.kube.client.api import KubeAPI
 
 from .live_helpers import (
     SchedulerProcesses,

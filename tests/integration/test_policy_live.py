@@ -11,12 +11,14 @@ tests show a budget is honoured.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from gpupool.kube.api import KubeAPI
-from gpupool.kube.crds import install_crds
+from gpupool.devcluster.controlplane import LocalControlPlane
+from gpupool.kube.client.api import ApiError, KubeAPI
+from gpupool.kube.install.crds import install_crds
 
 from .live_helpers import (
     SchedulerProcesses,
@@ -25,6 +27,7 @@ from .live_helpers import (
     create_priority_class,
     events_about,
     gpu_pod,
+    grant_role,
     list_pods,
     make_nodes,
     pending_reason,
@@ -239,9 +242,24 @@ async def test_preemption_waits_for_a_budget_then_evicts_and_binds_the_preemptor
     assert "rule priority" in preempting[0]["note"]
 
 
+TENANT_POD_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list"]}]
+"""What a tenant may do in its namespace here: create and read pods, nothing cluster-wide."""
+
+
+@pytest.mark.parametrize("borrower_priority", [0, 1_000_000], ids=["plain", "high-priority"])
 async def test_a_queue_under_its_guarantee_reclaims_borrowed_gpus(
-    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+    api: KubeAPI,
+    namespace: str,
+    schedulers: SchedulerProcesses,
+    control_plane: LocalControlPlane,
+    borrower_priority: int,
 ) -> None:
+    """Both tenants create their pods with their own client certificates and pod rights only.
+
+    With ``high-priority`` the borrower's pods carry a PriorityClass far above the owner's pod:
+    pod priority orders pods inside a queue, so it cannot shield capacity borrowed from a
+    guarantee (before, reclaim took only pods of equal or lower priority and the owner waited).
+    """
     await install_crds(api)
     ns = namespace
     sel = {"test": ns}
@@ -256,13 +274,29 @@ async def test_a_queue_under_its_guarantee_reclaims_borrowed_gpus(
         {"namespaces": [owner], "quotas": [{"pool": pool, "guaranteed": 2}]},
     )
     await _apply(api, "GPUQueue", f"{ns}-borrower", {"namespaces": [ns]})
-    await create_pods(api, ns, [_pod(f"b{i}", sel, gpus=1) for i in range(4)])
-    schedulers.start("solo")
-    await wait_for(lambda: _bound(api, ns, {f"b{i}" for i in range(4)}), 60, "the borrower")
-    await create_pods(api, owner, [_pod("mine", sel, gpus=2)])
-    await wait_for(lambda: _bound(api, owner, {"mine"}), 90, "the owner's pod after reclaim")
+    extra: Json = {}
+    if borrower_priority:
+        await create_priority_class(api, f"{ns}-high", borrower_priority)
+        extra = {"priority_class": f"{ns}-high"}
+    tenants = {}
+    for user, space in ((f"{ns}-borrower", ns), (f"{ns}-owner", owner)):
+        await grant_role(api, space, user, TENANT_POD_RULES)
+        tenants[space] = KubeAPI.from_kubeconfig(control_plane.user_kubeconfig(user))
+    try:
+        with pytest.raises(ApiError) as refused:  # a tenant, not an administrator
+            await tenants[ns].get("/api/v1/nodes")
+        assert refused.value.status == 403
+        await create_pods(tenants[ns], ns, [_pod(f"b{i}", sel, gpus=1, **extra) for i in range(4)])
+        schedulers.start("solo")
+        await wait_for(lambda: _bound(api, ns, {f"b{i}" for i in range(4)}), 60, "the borrower")
+        await create_pods(tenants[owner], owner, [_pod("mine", sel, gpus=2)])
+        await wait_for(lambda: _bound(api, owner, {"mine"}), 90, "the owner's pod after reclaim")
+    finally:
+        for tenant in tenants.values():
+            await tenant.close()
     left = await list_pods(api, ns)
     assert len(left) == 2  # two borrowed GPUs taken back, no more
+    assert all(p["spec"].get("priority", 0) == borrower_priority for p in left)
     record = pod_allocation((await _by_name(api, owner))["mine"])
     assert record is not None
     assert record["queue"] == f"{ns}-owner"
@@ -297,3 +331,59 @@ async def test_mig_slices_are_placed_in_a_mig_pool(
             assert record is not None
             assert (record["kind"], record["migProfile"]) == ("mig", "1g.10gb")
             assert record["pool"] == f"{ns}-mig"
+
+
+DEDICATED = {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize("steer", ["node-selector", "untolerated-taint"])
+async def test_a_constrained_pod_preempts_on_the_node_it_can_use(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses, steer: str
+) -> None:
+    """The cheapest victim is on n001, which the preemptor may not use: it preempts on n000.
+
+    ``old`` runs on n000 and ``young`` (started later, so evicting it loses less) on n001. The
+    urgent pod may use only n000: its node selector names n000's zone, or n001 carries a taint
+    it does not tolerate. The engine's victim search sees that (it is part of the pod's
+    request), so ``old`` is evicted and the urgent pod binds on n000; ``young`` is untouched.
+    When the search could not see it, it chose n001, the preemption was refused afterwards and
+    the pod waited.
+    """
+    await install_crds(api)
+    ns = namespace
+    sel = {"test": ns}
+    await make_nodes(api, ns, 2, gpus=1)
+    n0, n1 = f"{ns}-n000", f"{ns}-n001"
+    await api.patch(f"/api/v1/nodes/{n0}", {"metadata": {"labels": {"zone": "a"}}})
+    n1_patch: Json = {"metadata": {"labels": {"zone": "b"}}}
+    if steer == "untolerated-taint":
+        n1_patch["spec"] = {"taints": [DEDICATED]}
+    await api.patch(f"/api/v1/nodes/{n1}", n1_patch)
+    await _apply(api, "GPUQueue", f"{ns}-q", {"namespaces": [ns]})
+    await create_priority_class(api, f"{ns}-low", 10)
+    await create_priority_class(api, f"{ns}-high", 1000)
+    schedulers.start("solo")
+    for name, zone in (("old", "a"), ("young", "b")):
+        pod = _pod(name, {**sel, "zone": zone}, gpus=1, priority_class=f"{ns}-low")
+        pod["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists"}]
+        await create_pods(api, ns, [pod])
+        await wait_for(lambda name=name: _bound(api, ns, {name}), 60, f"{name} bound")
+        await asyncio.sleep(2.0)  # young starts later: evicting it would lose less GPU time
+    urgent_selector = {**sel, "zone": "a"} if steer == "node-selector" else sel
+    await create_pods(
+        api, ns, [_pod("urgent", urgent_selector, gpus=1, priority_class=f"{ns}-high")]
+    )
+
+    async def preempted() -> bool:
+        pods = await _by_name(api, ns)
+        return "old" not in pods and bool(pods["urgent"]["spec"].get("nodeName"))
+
+    await wait_for(preempted, 90, "old evicted and the urgent pod bound")
+    pods = await _by_name(api, ns)
+    assert pods["urgent"]["spec"]["nodeName"] == n0
+    assert pods["young"]["spec"]["nodeName"] == n1
+    assert pods["young"]["metadata"].get("deletionTimestamp") is None
+    preempting = [e for e in await events_about(api, ns, "urgent") if e["reason"] == "Preempting"]
+    assert len(preempting) == 1
+    assert f"{ns}/old on node {n0}" in preempting[0]["note"]
+    assert all(e["reason"] != "Preempted" for e in await events_about(api, ns, "young"))

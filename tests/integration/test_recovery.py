@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 
 from gpupool.devcluster.controlplane import LocalControlPlane
-from gpupool.kube.api import KubeAPI
-from gpupool.kube.informer import DELETED, Informer
-from gpupool.kube.leader import LeaderElector, LeaseConfig
-from gpupool.kube.records import PodRecord
+from gpupool.kube.client.api import KubeAPI
+from gpupool.kube.client.informer import DELETED, Informer
+from gpupool.kube.client.leader import LeaderElector, LeaseConfig
+from gpupool.kube.objects.records import PodRecord
 
 from .live_helpers import (
     SchedulerProcesses,

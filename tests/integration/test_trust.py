@@ -10,7 +10,6 @@ stop the others.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import random
 from collections import defaultdict
@@ -18,9 +17,10 @@ from typing import Any
 
 import msgspec
 
-from gpupool.kube import allocation
-from gpupool.kube.api import KubeAPI
-from gpupool.kube.signing import KEY_SECRET_NAME, RecordSigner
+from gpupool.kube.client.api import KubeAPI
+from gpupool.kube.client.signing_key import load_verifier
+from gpupool.kube.objects import allocation
+from gpupool.kube.objects.signing import RecordVerifier
 
 from .live_helpers import (
     Json,
@@ -36,10 +36,9 @@ from .live_helpers import (
 GPUS_PER_NODE = 4
 
 
-async def cluster_signer(api: KubeAPI) -> RecordSigner:
-    """The key the scheduler created (the test reads it as an administrator could)."""
-    secret = await api.get(f"/api/v1/namespaces/kube-system/secrets/{KEY_SECRET_NAME}")
-    return RecordSigner(base64.b64decode(secret["data"]["key"]))
+async def cluster_signer(api: KubeAPI) -> RecordVerifier:
+    """The public key the scheduler published (what the node agents read)."""
+    return await load_verifier(api, "kube-system")
 
 
 def annotation(pod: Json) -> str | None:
@@ -93,7 +92,7 @@ def forgeries(rng: random.Random, real: list[Json]) -> list[tuple[str, str | Non
     return out
 
 
-def check_no_gpu_given_twice(pods: list[Json], signer: RecordSigner) -> dict[str, Any]:
+def check_no_gpu_given_twice(pods: list[Json], signer: RecordVerifier) -> dict[str, Any]:
     """Scheduler-made records never overlap, and leave room for every foreign pod's GPUs."""
     trusted: dict[tuple[str, int], str] = {}
     foreign_gpus: dict[str, int] = defaultdict(int)

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from gpupool.devcluster.certs import SecretVolume, write_serving_cert
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
-from gpupool.kube.api import ApiError, KubeAPI
-from gpupool.kube.crds import install_crds
+from gpupool.kube.client.api import ApiError, KubeAPI
+from gpupool.kube.install.crds import install_crds
 from gpupool.webhook.configuration import (
     FailurePolicy,
     WebhookTarget,
@@ -29,7 +30,7 @@ from gpupool.webhook.configuration import (
     webhook_configurations,
 )
 
-from .live_helpers import grant_cluster_role
+from .live_helpers import grant_cluster_role, hammer_while, served_serial
 from .webhook_helpers import WebhookProcess, create_pod, pod, refusal
 
 pytestmark = pytest.mark.integration
@@ -274,3 +275,57 @@ async def test_a_webhook_that_is_down_fails_as_configured(
     # either way, pods that do not mention gpupool are never sent to it, so never blocked
     plain = await create_pod(api, namespace, pod("plain", {"nvidia.com/gpu": "1"}))
     assert plain["metadata"]["name"] == "plain"
+
+
+async def test_a_renewed_certificate_is_served_without_a_restart(
+    api: KubeAPI,
+    namespace: str,
+    registration: Registration,
+    control_plane: LocalControlPlane,
+    tmp_path: Path,
+    secret_volume: SecretVolume,
+) -> None:
+    """The mounted Secret is swapped under a running webhook (failurePolicy Fail): every call,
+    the API server's and fresh handshakes alike, succeeds, and new handshakes get the new one."""
+    pki = control_plane.folder / "pki"
+    ca = pki / "ca.crt"
+
+    def publish(name: str) -> None:
+        cert, key = write_serving_cert(pki, name, ["127.0.0.1"])
+        secret_volume.write({"tls.crt": cert.read_bytes(), "tls.key": key.read_bytes()})
+
+    publish("webhook-old")
+    process = WebhookProcess(
+        control_plane.kubeconfig,
+        secret_volume.path("tls.crt"),
+        secret_volume.path("tls.key"),
+        ca,
+        tmp_path / "renewed.log",
+    )
+    try:
+        await asyncio.to_thread(process.wait_ready)
+        await registration.point_at(process, "Fail")
+        await eventually(lambda: routed(api, namespace), "the webhook to be called")
+        old = await asyncio.to_thread(served_serial, process.url, ca)
+        refused: list[bool] = []
+        calls = asyncio.create_task(_keep_creating(api, namespace, refused))
+        answered, failures = await hammer_while(process.url, ca, lambda: publish("webhook-new"))
+        calls.cancel()
+        await asyncio.gather(calls, return_exceptions=True)
+        assert failures == []
+        assert answered > 10
+        assert len(refused) > 3
+        assert not any(refused), "an API server call failed during the swap"
+        new = await asyncio.to_thread(served_serial, process.url, ca)
+        assert new != old
+        assert process.process.poll() is None  # the same process
+        assert await routed(api, namespace)
+    finally:
+        process.stop()
+
+
+async def _keep_creating(api: KubeAPI, namespace: str, refused: list[bool]) -> None:
+    """Dry-run GPU pods through the API server until cancelled; whether each was not routed."""
+    while True:
+        refused.append(not await routed(api, namespace))
+        await asyncio.sleep(0.05)

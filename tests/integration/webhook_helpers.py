@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from gpupool.kube.api import ApiError, KubeAPI
+from gpupool.kube.client.api import ApiError, KubeAPI
 
 Json = dict[str, Any]
 

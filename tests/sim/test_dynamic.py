@@ -75,10 +75,8 @@ def test_schedule_teaches_the_policy_nothing_and_observe_once_does() -> None:
     scheduler.schedule(snapshot, pod)
     assert seen == []
     scheduler.observe(pod)
+    scheduler.schedule(snapshot, pod)
     assert seen == ["p"]
-    scheduler.schedule(snapshot, pod, retry=False)  # the deprecated keyword, for kube/live.py
-    scheduler.schedule(snapshot, pod, retry=True)
-    assert seen == ["p", "p"]
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +125,8 @@ def gpupool(*args: str) -> subprocess.CompletedProcess[str]:
     [
         (["--load", "0"], "error: --load: out of range (0.0)"),
         (["--warmup", "9"], "error: --warmup: out of range (9.0)"),
+        (["--reservations", "0"], "error: --reservations: out of range (0)"),
+        (["--reserve-above-units", "-1"], "error: --reserve-above-units: out of range (-1)"),
         (["--policy", "nope"], "error: --policy: unknown policy 'nope'"),
         (["--config", "/nonexistent.yaml"], "error: --config: no such file /nonexistent.yaml"),
     ],
@@ -178,3 +178,39 @@ def test_a_run_writes_its_json(trace_dir: Path, tmp_path: Path) -> None:
     assert report["preemptions"] == 0
     assert report["backfilled"] == 0
     assert "GPU utilisation" in done.stdout
+
+
+def test_a_teams_node_selector_keeps_its_pods_to_the_nodes_it_names(
+    trace_dir: Path, tmp_path: Path
+) -> None:
+    """nlp asks for a model no node has: none of its pods ever runs; vision's still do."""
+    out = tmp_path / "dyn.json"
+    done = gpupool(
+        "--nodes", str(trace_dir / "openb_node_list_gpu_node.csv"),
+        "--pods", str(trace_dir / "openb_pod_list_default.csv"),
+        "--json", str(out), "--load", "0.8", "--hours", "1", "--warmup", "0.5",
+        "--scale", "0.1", "--seed", "7",
+        "--team-node-selector", "nlp=gpupool.io/gpu-model=H200",
+        "--team-node-selector", "vision=gpupool.io/gpu-model=G2",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["team_node_selectors"] == {
+        "nlp": {"gpupool.io/gpu-model": "H200"},
+        "vision": {"gpupool.io/gpu-model": "G2"},
+    }
+    shares = report["weighted_dominant_share"]
+    assert shares["nlp"] == 0.0
+    assert shares["vision"] > 0.0  # G2 nodes are labelled with their model, and exclusive
+
+
+def test_a_bad_team_node_selector_names_the_option(trace_dir: Path, tmp_path: Path) -> None:
+    done = gpupool(
+        "--nodes", str(trace_dir / "openb_node_list_gpu_node.csv"),
+        "--pods", str(trace_dir / "openb_pod_list_default.csv"),
+        "--json", str(tmp_path / "out.json"), "--team-node-selector", "nlp",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "error: --team-node-selector: expected TEAM=KEY=VALUE, got 'nlp'"
+    )

@@ -3,8 +3,9 @@
 The subset keeps every fourth GPU node (303 nodes, all seven models) and the full default pod
 list; the protocol then deflates the arrivals to 130% of the subset's capacity. The expected
 values were measured when the policies were verified against the published results (see
-docs/benchmarks.md); a drift of more than half a percentage point, or a change in the policies'
-order, means a policy's behaviour changed.
+docs/benchmarks.md; ``default``'s when its resource-aware and hole terms went in); a drift of
+more than half a percentage point, or a change in the policies' order, means a policy's
+behaviour changed.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ EXPECTED_UNALLOCATED_AT_100: dict[str, float] = {
     "packing": 7.62,
     "bestfit": 7.86,
     "fgd": 5.44,
-    "default": 5.09,
+    "default": 4.03,
 }
 
 
@@ -64,7 +65,7 @@ def test_policies_keep_their_published_order(measured: dict[str, tuple[float, fl
     at_100 = {name: values[0] for name, values in measured.items()}
     assert at_100["fgd"] < at_100["bestfit"] < at_100["dotprod"] < at_100["random"]
     assert at_100["fgd"] < min(at_100["packing"], at_100["clustering"])
-    assert at_100["default"] < at_100["bestfit"]
+    assert at_100["default"] < at_100["fgd"] < at_100["bestfit"]
 
 
 def test_load_never_reduces_allocation(measured: dict[str, tuple[float, float]]) -> None:

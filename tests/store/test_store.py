@@ -25,6 +25,8 @@ from gpupool.store.queries import (
     allocations_overlapping,
     audit_events_matching,
     count_rows,
+    last_sample_time,
+    open_allocations,
     usage_samples_between,
 )
 from gpupool.store.records import (
@@ -179,6 +181,20 @@ async def test_usage_samples_round_trip(engine: AsyncEngine) -> None:
         for sample in samples:
             await writer.usage(sample)
     assert await usage_samples_between(engine, T0, T0 + timedelta(seconds=3)) == samples[:3]
+
+
+async def test_open_allocations_and_a_pods_last_sample(engine: AsyncEngine) -> None:
+    """What a new leader reads to close the intervals of pods that ended with no leader."""
+    async with StoreWriter(engine, flush_interval=0.01) as writer:
+        await writer.allocation_started(allocation(1, 0, None))
+        await writer.allocation_started(allocation(2, 10, None))
+        await writer.allocation_ended(allocation(2, 10, None), end=T0 + timedelta(minutes=20))
+        await writer.allocation_started(allocation(3, 5, None))
+        for seconds in (30, 90, 60):
+            await writer.usage(UsageSample("uid-1", T0 + timedelta(seconds=seconds), 50, 1))
+    assert [a.pod_uid for a in await open_allocations(engine)] == ["uid-1", "uid-3"]
+    assert await last_sample_time(engine, "uid-1") == T0 + timedelta(seconds=90)
+    assert await last_sample_time(engine, "uid-3") is None
 
 
 def test_times_are_kept_to_the_microsecond() -> None:

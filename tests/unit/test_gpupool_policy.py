@@ -167,7 +167,12 @@ def test_fragmentation_still_decides_before_any_tie_break() -> None:
     assert chosen.fragmentation_after == 0.0
     assert other.fragmentation_before == 0.0
     assert other.fragmentation_after == pytest.approx(0.5 * 10 / 11)
-    assert (chosen.fgd_score, other.fgd_score) == (61.0, 38.0)
+    # The hole term: on node 1 the free GPU is expected to keep 400 milli for good with 10/11
+    # (a 600 share fills it, nothing fits the rest), and a 500 leaves a hole the next 500
+    # closes: E drops by 4000/11 milli, twice that counts, and lifts the score from 38 to 56;
+    # the gap on node 0 is closed for good either way (E(500) = E(0) = 0), so 61 stays.
+    assert (chosen.leftover_change, other.leftover_change) == pytest.approx((0.0, -0.8 / 1.1))
+    assert (chosen.fgd_score, other.fgd_score) == (61.0, 56.0)
     assert chosen.tie_break == other.tie_break
 
 
@@ -184,9 +189,8 @@ def test_explain_matches_the_score_it_explains() -> None:
         assert why.total == pytest.approx(scores[node])
         assert why.total == pytest.approx(why.fgd_score + why.tie_break[0])
         assert why.node == f"n{node}"
-        expected = np.trunc(
-            100 / (1 + np.exp(-(why.fragmentation_before - why.fragmentation_after)))
-        )
+        delta = why.fragmentation_before - why.fragmentation_after - why.leftover_change
+        expected = np.trunc(100 / (1 + np.exp(-delta)))
         assert why.fgd_score == expected
         assert f"n{node}: fragmentation" in str(why)
     assert policy.explain(snapshot, SHARE, 1).gpus == (0,)  # GPU 1 has only 300 milli left

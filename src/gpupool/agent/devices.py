@@ -3,8 +3,9 @@
 A share asks for ``gpupool.io/gpu: 1`` like a whole GPU does, and the kubelet admits a pod only
 if enough devices of the resource are free. Advertising one device per GPU would make a real
 kubelet refuse the (N+1)th share on an N-GPU node, however small the shares. So each GPU is
-advertised as ``slots`` devices with unique IDs ``<gpu uuid>::<slot>``: ``slots`` is the pool's
-``maxPodsPerGPU`` (1 in an Exclusive pool), the scheduler never places more than that many pods
+advertised as ``slots`` devices with unique IDs ``<gpu uuid>::<slot>``: ``slots`` is the number
+of pods one GPU of the node may hold (:func:`gpupool.policy.membership.pods_per_gpu`: the pool's
+``maxPodsPerGPU``, 1 in an Exclusive pool), the scheduler never places more than that many pods
 on one GPU, and a whole-GPU pod takes one device while it blocks the GPU's other slots in the
 scheduler's accounting, so every pod the scheduler binds finds free devices. The scheduler
 reads the GPU count from the node's UUID annotation, not from this (larger) allocatable.
@@ -24,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpupool.agent.nvml import GpuDevice
-from gpupool.kube.vocabulary import RESOURCE_GPU, RESOURCE_MIG_PREFIX
+from gpupool.kube.objects.vocabulary import RESOURCE_GPU, RESOURCE_MIG_PREFIX
 
 SLOT_SEPARATOR = "::"
 HEALTHY = "Healthy"
@@ -61,11 +62,13 @@ def advertised(
 ) -> dict[str, tuple[AdvertisedDevice, ...]]:
     """Devices per resource name: GPU slots for non-MIG GPUs, MIG instances by profile.
 
+    ``slots_per_gpu`` 0 advertises no GPU slot (a node two pools select takes no GPU pods).
+
     Raises:
-        ValueError: ``slots_per_gpu`` < 1.
+        ValueError: ``slots_per_gpu`` < 0.
     """
-    if slots_per_gpu < 1:
-        raise ValueError(f"slots per GPU must be >= 1, got {slots_per_gpu}")
+    if slots_per_gpu < 0:
+        raise ValueError(f"slots per GPU must be >= 0, got {slots_per_gpu}")
     result: dict[str, list[AdvertisedDevice]] = {RESOURCE_GPU: []}
     for gpu in gpus:
         if gpu.mig_enabled:

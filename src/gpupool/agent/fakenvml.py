@@ -4,7 +4,9 @@ It models the devices the project targets (8x H100, 8x H200, 8x A100 with MIG on
 4x T4) with their real memory sizes and MIG profiles, and deterministic UUIDs
 (``GPU-<node>-<index>``, as the dev cluster's fake nodes use), so the inventory, the device
 plugin, the hand-off and telemetry run unchanged in tests, the dev cluster and the demo. Tests
-script it: processes and their usage, XID events, GPUs appearing or breaking.
+script it: processes and their usage (memory held, SM and memory-controller utilisation, as
+NVML's per-process samples carry them), XID events, GPUs appearing or breaking; an agent in a
+pod is scripted through a file (:mod:`gpupool.agent.fakescript`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import replace
 
+from gpupool.agent.fakescript import ScriptFile
 from gpupool.agent.nvml import (
     APPLICATION_XIDS,
     GpuDevice,
@@ -30,6 +33,15 @@ _MODELS = {
     "T4": 15360,
 }
 PRESETS = ("h100", "h200", "a100-mig", "t4")
+# NVML's full names, and whether the board supports MIG
+_PRODUCTS = {
+    "H100": ("NVIDIA H100 80GB HBM3", True),
+    "H200": ("NVIDIA H200", True),
+    "A100": ("NVIDIA A100-SXM4-80GB", True),
+    "T4": ("Tesla T4", False),
+}
+FAKE_DRIVER_VERSION = "570.124.06"
+"""What the fake NVML reports as the driver (a real r570 version string, leading zero included)."""
 
 
 def preset_devices(preset: str, node: str) -> tuple[GpuDevice, ...]:
@@ -48,10 +60,33 @@ def preset_devices(preset: str, node: str) -> tuple[GpuDevice, ...]:
         mig: tuple[MigDevice, ...] = ()
         if preset == "a100-mig" and index < 4:  # half the GPUs split into 7 x 1g.10gb
             mig = tuple(MigDevice(f"MIG-{node}-{index}-{s}", "1g.10gb", 9856) for s in range(7))
+        product, mig_capable = _PRODUCTS[model]
         devices.append(
-            GpuDevice(index, uuid, model, _MODELS[model], index, mig_enabled=bool(mig), mig=mig)
+            GpuDevice(
+                index,
+                uuid,
+                model,
+                _MODELS[model],
+                index,
+                mig_enabled=bool(mig),
+                mig=mig,
+                product_name=product,
+                mig_capable=mig_capable,
+                driver_version=FAKE_DRIVER_VERSION,
+            )
         )
     return tuple(devices)
+
+
+def _device_usage(uuid: str, processes: tuple[ProcessUsage, ...]) -> GpuUsage:
+    """What NVML reports for a GPU running ``processes``: the device sums what they use."""
+    return GpuUsage(
+        gpu_uuid=uuid,
+        memory_used_mib=sum(p.memory_mib for p in processes),
+        sm_percent=min(100, sum(p.sm_percent for p in processes)),
+        processes=processes,
+        memory_busy_percent=min(100, sum(p.memory_busy_percent for p in processes)),
+    )
 
 
 class FakeNvml:
@@ -66,6 +101,8 @@ class FakeNvml:
         self._devices = tuple(devices)
         self._processes: dict[str, tuple[ProcessUsage, ...]] = {}
         self._xids: queue.Queue[tuple[str, int]] = queue.Queue()
+        self._script: ScriptFile | None = None
+        self._raised = 0  # the script's XIDs already raised
         self.closed = False
 
     @classmethod
@@ -88,18 +125,28 @@ class FakeNvml:
         with self._lock:
             self._processes[gpu_uuid] = tuple(processes)
 
+    def follow(self, script: ScriptFile) -> None:
+        """Take processes and XIDs from ``script`` from now on (an agent run in a pod)."""
+        self._script = script
+
+    def _read_script(self) -> None:
+        """The file's processes replace the scripted ones; its new XIDs are raised, in order."""
+        if self._script is None:
+            return
+        script = self._script.read()
+        with self._lock:
+            self._processes = dict(script.processes)
+            fresh = script.xids[self._raised :]
+            self._raised = len(script.xids)
+        for event in fresh:
+            self._xids.put(event)
+
     def usage(self) -> tuple[GpuUsage, ...]:
-        """Device usage = the sum of the scripted processes (SM capped at 100 %)."""
+        """Device usage = the sum of the scripted processes (utilisation capped at 100 %)."""
+        self._read_script()
         with self._lock:
             return tuple(
-                GpuUsage(
-                    gpu_uuid=device.uuid,
-                    memory_used_mib=sum(p.memory_mib for p in self._processes.get(device.uuid, ())),
-                    sm_percent=min(
-                        100, sum(p.sm_percent for p in self._processes.get(device.uuid, ()))
-                    ),
-                    processes=self._processes.get(device.uuid, ()),
-                )
+                _device_usage(device.uuid, self._processes.get(device.uuid, ()))
                 for device in self._devices
             )
 
@@ -109,6 +156,7 @@ class FakeNvml:
 
     def wait_xid(self, timeout_ms: int) -> tuple[str, int] | None:
         """The next critical XID (the GPU becomes unhealthy), or None after the timeout."""
+        self._read_script()
         try:
             uuid, xid = self._xids.get(timeout=timeout_ms / 1000)
         except queue.Empty:

@@ -16,16 +16,17 @@ first ones.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from gpupool.agent.nvml import GpuDevice
-from gpupool.kube.allocation import AllocationFormatError, AllocationRecord, decode
-from gpupool.kube.quantity import QuantityError, to_count
-from gpupool.kube.records import Container, PodRecord
-from gpupool.kube.translate import InvalidObjectError, pod_spec
-from gpupool.kube.vocabulary import ANNOTATION_ALLOCATION, RESOURCE_GPU, RESOURCE_MIG_PREFIX
-
-MILLI_PER_GPU = 1000
+from gpupool.core.model import MILLI_PER_GPU
+from gpupool.kube.objects.allocation import AllocationFormatError, AllocationRecord, decode
+from gpupool.kube.objects.quantity import QuantityError, to_count
+from gpupool.kube.objects.records import Container, PodRecord
+from gpupool.kube.objects.translate import InvalidObjectError, pod_spec
+from gpupool.kube.objects.vocabulary import ANNOTATION_ALLOCATION, RESOURCE_GPU, RESOURCE_MIG_PREFIX
 
 
 class HandoffRefusedError(RuntimeError):
@@ -51,9 +52,34 @@ class GpuGrant:
     exclusive: bool = True
 
 
+class Grant(Protocol):
+    """What a consumer is given, whichever path it came by (device plugin or DRA claim).
+
+    The CDI edits (:func:`gpupool.agent.isolation.edits_for`) and the capacity check
+    (:func:`check_capacity`) read only this, so both paths give the same caps for the same
+    GPUs and neither can oversubscribe a GPU the other has handed out.
+    """
+
+    @property
+    def owner_uid(self) -> str:
+        """The unit capacity is counted per: a pod's UID, or a claim's (shared by its pods)."""
+
+    @property
+    def owner(self) -> str:
+        """Who it is, for messages."""
+
+    @property
+    def gpus(self) -> tuple[GpuGrant, ...]:
+        """The GPUs, in the order the container sees them."""
+
+    @property
+    def identity(self) -> dict[str, str]:
+        """Environment that names the owner in the container (``GPUPOOL_POD_UID``, ...)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ContainerGrant:
-    """Everything one container is given, and whose it is.
+    """Everything one container is given, and whose it is (the device-plugin path's grant).
 
     Attributes:
         pod_uid: The pod's UID.
@@ -68,6 +94,55 @@ class ContainerGrant:
     pod: str
     container: str
     gpus: tuple[GpuGrant, ...]
+
+    @property
+    def owner_uid(self) -> str:
+        """The pod's UID."""
+        return self.pod_uid
+
+    @property
+    def owner(self) -> str:
+        """``pod ns/name container 'c'``."""
+        return f"pod {self.namespace}/{self.pod} container {self.container!r}"
+
+    @property
+    def identity(self) -> dict[str, str]:
+        """``GPUPOOL_POD_UID``."""
+        return {"GPUPOOL_POD_UID": self.pod_uid}
+
+
+def check_capacity(wanted: Grant, others: Iterable[Grant], memory: Mapping[str, int]) -> None:
+    """Refuse ``wanted`` if, with the ``others`` live now, it would oversubscribe a GPU.
+
+    Grants of the same owner do not count against each other (a pod's containers, a claim
+    prepared again). ``memory`` is each GPU's memory by UUID.
+
+    Raises:
+        HandoffRefusedError: A GPU would be shared while exclusive, or over its compute or
+            memory; the message names the owner and the GPU.
+    """
+    others = [other for other in others if other.owner_uid != wanted.owner_uid]
+    for gpu in wanted.gpus:
+        holders: dict[str, tuple[int, int, bool]] = {}
+        for other in others:
+            for held in other.gpus:
+                if held.uuid == gpu.uuid:
+                    holders[other.owner_uid] = (held.milli, held.memory_mib, held.exclusive)
+        if not holders:
+            continue
+        if gpu.exclusive or any(exclusive for _, _, exclusive in holders.values()):
+            raise HandoffRefusedError(
+                f"{wanted.owner}: GPU {gpu.uuid} is exclusive but already given to "
+                f"{len(holders)} other consumer(s)"
+            )
+        milli = gpu.milli + sum(m for m, _, _ in holders.values())
+        used = gpu.memory_mib + sum(b for _, b, _ in holders.values())
+        if milli > MILLI_PER_GPU or used > memory.get(gpu.uuid, 0):
+            raise HandoffRefusedError(
+                f"{wanted.owner}: GPU {gpu.uuid} would be oversubscribed "
+                f"(compute {milli}/{MILLI_PER_GPU} milli, memory {used}/"
+                f"{memory.get(gpu.uuid, 0)} MiB)"
+            )
 
 
 def _count(container: Container, resource: str) -> int:
@@ -164,8 +239,39 @@ def grant_for(
             f"but the pod asks for {wanted.gpu_count}"
         )
     whole = record.kind == "whole"
-    cap_milli = MILLI_PER_GPU if whole else wanted.gpu_milli
-    cap_memory = 0 if whole else wanted.gpu_memory_mib
+    cap = (MILLI_PER_GPU, 0) if whole else (wanted.gpu_milli, wanted.gpu_memory_mib)
+    _check_shares(record, plain, cap, owner)
+    mine = record.gpus[offset : offset + len(device_ids)]
+    if len(mine) != len(device_ids):
+        raise HandoffRefusedError(f"{owner}: the record has no GPUs left for this container")
+    return ContainerGrant(
+        *identity,
+        tuple(
+            GpuGrant(
+                plain[share.index].uuid,
+                plain[share.index].minor,
+                share.milli,
+                share.memory_mib,
+                exclusive=whole,
+            )
+            for share in mine
+        ),
+    )
+
+
+def _check_shares(
+    record: AllocationRecord, plain: tuple[GpuDevice, ...], cap: tuple[int, int], owner: str
+) -> None:
+    """Every GPU of the record is a distinct, healthy GPU of this node, given what the pod asks.
+
+    Args:
+        record: The pod's allocation record.
+        plain: This node's GPUs that are not MIG-partitioned, by index.
+        cap: The compute (milli) and memory (MiB) each GPU must carry: the pod's request, or
+            (1000, 0) for whole GPUs.
+        owner: Who, for the messages.
+    """
+    cap_milli, cap_memory = cap
     seen: set[int] = set()
     for position, share in enumerate(record.gpus):
         field = f"{ANNOTATION_ALLOCATION}.gpus[{position}]"
@@ -189,22 +295,6 @@ def grant_for(
             )
         if not gpu.healthy:
             raise HandoffRefusedError(f"{owner}: GPU {gpu.uuid} is unhealthy (critical XID)")
-    mine = record.gpus[offset : offset + len(device_ids)]
-    if len(mine) != len(device_ids):
-        raise HandoffRefusedError(f"{owner}: the record has no GPUs left for this container")
-    return ContainerGrant(
-        *identity,
-        tuple(
-            GpuGrant(
-                plain[share.index].uuid,
-                plain[share.index].minor,
-                share.milli,
-                share.memory_mib,
-                exclusive=whole,
-            )
-            for share in mine
-        ),
-    )
 
 
 def _mig_grants(

@@ -12,9 +12,11 @@ never guesses:
 2. ``PreStartContainer(ids)`` (the kubelet calls it before creating the container, and must
    wait for it) asks the kubelet's PodResources API which container holds exactly ``ids``.
    That is the kubelet's own record of the allocation it just made, so it names the container
-   being started, never another. The agent reads that pod from the API server, checks its
-   allocation record (:mod:`gpupool.agent.grants`) and the GPUs' capacity against the other
-   live grants, and only then writes the token's CDI spec with that pod's GPUs and caps.
+   being started, never another. The agent reads that pod from the API server, verifies the
+   allocation record's signature with the scheduler's public key (a record anyone else wrote,
+   even one that agrees with the pod, is refused with a Warning Event on the pod), checks the
+   record (:mod:`gpupool.agent.grants`) and the GPUs' capacity against the other live grants,
+   and only then writes the token's CDI spec with that pod's GPUs and caps.
 3. The runtime resolves the token when it creates the container. A refused container has no
    spec: it fails to start with the agent's message, it never runs with a guessed GPU.
 
@@ -27,23 +29,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-import msgspec
-
+from gpupool.agent import checkpoint, mps
 from gpupool.agent.cdi import remove_spec, spec_tokens, write_spec
-from gpupool.agent.grants import ContainerGrant, HandoffRefusedError, grant_for
+from gpupool.agent.grants import (
+    ContainerGrant,
+    Grant,
+    HandoffRefusedError,
+    check_capacity,
+    grant_for,
+)
 from gpupool.agent.isolation import IsolationConfig, edits_for
 from gpupool.agent.nvml import GpuDevice
 from gpupool.agent.podresources import HeldDevices, PodResourcesSource
-from gpupool.kube.records import PodRecord
+from gpupool.kube.objects.record_check import signature_problem
+from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.objects.signing import RecordVerifier
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +71,30 @@ class PodSource(Protocol):
 
     async def get(self, namespace: str, name: str) -> PodRecord | None:
         """The pod, or None if it does not exist."""
+
+
+class KeySource(Protocol):
+    """The scheduler's public key (its ConfigMap in production)."""
+
+    async def verifier(self, *, fresh: bool = False) -> RecordVerifier:
+        """The key; ``fresh`` reads it again (it may have been rotated).
+
+        Raises:
+            HandoffRefusedError: The key cannot be read: nothing can be verified.
+        """
+        ...
+
+
+class UntrustedRecordError(HandoffRefusedError):
+    """The pod's allocation record is not signed by the scheduler (reported on the pod too)."""
+
+    def __init__(self, message: str, pod: PodRecord) -> None:
+        super().__init__(message)
+        self.pod = pod
+
+
+Report = Callable[[PodRecord, str], Awaitable[None]]
+"""Writes a Warning Event about a refused pod (the reason is ``AllocationNotTrusted``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +141,10 @@ class Handoff:
         pods: Where pods are read.
         kubelet: The kubelet's PodResources API.
         inventory: The node's current GPUs (called at every PreStart).
+        keys: The scheduler's public key, to verify allocation records with.
+        report: Writes the Event on a pod whose record is refused as not the scheduler's.
         clock: Epoch seconds (injected for tests).
+        other_grants: The DRA path's prepared claims (their GPUs count in the capacity check).
     """
 
     def __init__(
@@ -119,10 +153,16 @@ class Handoff:
         pods: PodSource,
         kubelet: PodResourcesSource,
         inventory: Callable[[], tuple[GpuDevice, ...]],
+        keys: KeySource,
+        report: Report | None = None,
         clock: Callable[[], float] = time.time,
+        other_grants: Callable[[], Iterable[Grant]] = tuple,
     ) -> None:
         self.config = config
+        self._other_grants = other_grants
         self._pods = pods
+        self._keys = keys
+        self._report = report
         self._kubelet = kubelet
         self._inventory = inventory
         self._clock = clock
@@ -136,24 +176,12 @@ class Handoff:
         return self.config.state_dir / STATE_FILE
 
     def _load(self) -> dict[str, TokenEntry]:
-        path = self._state_path()
-        if not path.is_file():
-            return {}
-        try:
-            return msgspec.json.decode(path.read_bytes(), type=dict[str, TokenEntry])
-        except msgspec.MsgspecError as error:
-            # Never start from a guess: without the map, PreStart refuses until the kubelet
-            # re-allocates, which is safe; the unreadable file is kept for a person to read.
-            log.error("%s unreadable (%s); starting with no tokens", path, error)
-            path.rename(path.with_suffix(".unreadable"))
-            return {}
+        # Never start from a guess: without the map, PreStart refuses until the kubelet
+        # re-allocates, which is safe.
+        return checkpoint.load(self._state_path(), dict[str, TokenEntry], "tokens")
 
     def _save(self) -> None:
-        self.config.state_dir.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=self.config.state_dir, prefix=".tmp-")
-        with os.fdopen(handle, "wb") as out:
-            out.write(msgspec.json.encode(self.tokens))
-        os.replace(temporary, self._state_path())
+        checkpoint.save(self._state_path(), self.tokens)
 
     def _drop(self, tokens: Iterable[str]) -> None:
         for token in list(tokens):
@@ -199,6 +227,11 @@ class Handoff:
                 )
             try:
                 grant = await self._resolve(resource, ids, token)
+            except UntrustedRecordError as error:
+                remove_spec(self.config.cdi_dir, token)
+                if self._report is not None:
+                    await self._report(error.pod, str(error))
+                raise
             except HandoffRefusedError:
                 remove_spec(self.config.cdi_dir, token)
                 raise
@@ -222,6 +255,7 @@ class Handoff:
             raise HandoffRefusedError(
                 f"pod {holder.namespace}/{holder.pod} not found in the API server"
             )
+        await self._verify(pod, holder.container)
         grant = grant_for(pod, holder.container, resource, ids, self.config.node, self._inventory())
         earlier = self.tokens[token].grant
         if earlier is not None and earlier.pod_uid != grant.pod_uid:
@@ -234,6 +268,7 @@ class Handoff:
                 f"{grant.pod_uid} (deleted and re-created)"
             )
         self._check_capacity(grant, token, live)
+        mps.publish(self.config.isolation, [*self._all_grants(), grant], self._inventory())
         write_spec(self.config.cdi_dir, token, edits_for(grant, self.config.isolation))
         log.info(
             "handoff %s: pod %s/%s container %s gets %s",
@@ -245,41 +280,39 @@ class Handoff:
         )
         return grant
 
+    async def _verify(self, pod: PodRecord, container: str) -> None:
+        """Refuse a record the scheduler did not sign for this pod.
+
+        A failure is checked once more with the key read afresh: the scheduler's key may have
+        been rotated since the agent last read it, and a stale key must not refuse good pods.
+        """
+        problem = signature_problem(pod, await self._keys.verifier())
+        if problem is not None:
+            problem = signature_problem(pod, await self._keys.verifier(fresh=True))
+        if problem is not None:
+            raise UntrustedRecordError(
+                f"pod {pod.key} container {container!r}: {problem}; refusing to start it", pod
+            )
+
     def _check_capacity(
         self, grant: ContainerGrant, token: str, live: set[tuple[str, frozenset[str]]]
     ) -> None:
-        """Refuse a grant that, with the live grants of other pods, oversubscribes a GPU.
+        """Refuse a grant that, with the live grants of other pods and claims, oversubscribes.
 
         Live means held by a container in the kubelet's list right now, so a pod that just
-        ended does not block its successor while its token waits to be collected.
+        ended does not block its successor while its token waits to be collected. Claims
+        prepared through DRA (``other_grants``) count while they are prepared.
         """
+        others: list[Grant] = [
+            entry.grant
+            for other_token, entry in self.tokens.items()
+            if other_token != token
+            and entry.grant is not None
+            and (entry.resource, frozenset(entry.device_ids)) in live
+        ]
+        others.extend(self._other_grants())
         memory = {gpu.uuid: gpu.memory_mib for gpu in self._inventory()}
-        for wanted in grant.gpus:
-            others: dict[str, tuple[int, int, bool]] = {}
-            for other_token, entry in self.tokens.items():
-                other = entry.grant
-                if other_token == token or other is None or other.pod_uid == grant.pod_uid:
-                    continue
-                if (entry.resource, frozenset(entry.device_ids)) not in live:
-                    continue
-                for gpu in other.gpus:
-                    if gpu.uuid == wanted.uuid:
-                        others[other.pod_uid] = (gpu.milli, gpu.memory_mib, gpu.exclusive)
-            if not others:
-                continue
-            owner = f"pod {grant.namespace}/{grant.pod} container {grant.container!r}"
-            if wanted.exclusive or any(exclusive for _, _, exclusive in others.values()):
-                raise HandoffRefusedError(
-                    f"{owner}: GPU {wanted.uuid} is exclusive but already given to "
-                    f"{len(others)} other pod(s)"
-                )
-            milli = wanted.milli + sum(m for m, _, _ in others.values())
-            used = wanted.memory_mib + sum(b for _, b, _ in others.values())
-            if milli > 1000 or used > memory.get(wanted.uuid, 0):
-                raise HandoffRefusedError(
-                    f"{owner}: GPU {wanted.uuid} would be oversubscribed "
-                    f"(compute {milli}/1000 milli, memory {used}/{memory.get(wanted.uuid, 0)} MiB)"
-                )
+        check_capacity(grant, others, memory)
 
     # --- collection --------------------------------------------------------------------
 
@@ -306,7 +339,12 @@ class Handoff:
             dead = self._collect(await self._kubelet.held())
             if dead:
                 self._save()
+                # the daemon's limits follow the largest share still live, down as well as up
+                mps.publish(self.config.isolation, self._all_grants(), self._inventory())
             return dead
+
+    def _all_grants(self) -> list[Grant]:
+        return [*self.grants(), *self._other_grants()]
 
     def grants(self) -> list[ContainerGrant]:
         """The live grants (for telemetry)."""

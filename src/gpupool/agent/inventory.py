@@ -1,10 +1,11 @@
 """The node's GPUs as the cluster sees them: labels, annotations, allocatable (without a kubelet).
 
-The scheduler reads a node's GPUs from what is published here (:mod:`gpupool.kube.translate`):
-the model and memory labels, the UUID annotation (its length is the number of GPUs the scheduler
-places on, its order is the ``index`` of the allocation record), and MIG slices as allocatable.
-Publishing is a merge patch of only gpupool's keys, sent only when they changed, so an unchanged
-node costs nothing and other controllers' labels are never touched.
+The scheduler reads a node's GPUs from what is published here
+(:mod:`gpupool.kube.objects.translate`): the model and memory labels, the UUID annotation (its
+length is the number of GPUs the scheduler places on, its order is the ``index`` of the allocation
+record), and MIG slices as allocatable. Publishing is a merge patch of only gpupool's keys, sent
+only when they changed, so an unchanged node costs nothing and other controllers' labels are never
+touched.
 
 MIG-enabled GPUs are not in the UUID list: their capacity is their MIG slices, and a whole-GPU
 or share pod must never be placed on them.
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 
 from gpupool.agent.devices import advertised
 from gpupool.agent.nvml import GpuDevice
-from gpupool.kube.api import JsonObject, KubeAPI
-from gpupool.kube.vocabulary import (
+from gpupool.kube.client.api import JsonObject, KubeAPI
+from gpupool.kube.objects.vocabulary import (
     ANNOTATION_GPU_UNHEALTHY,
     ANNOTATION_GPU_UUIDS,
     LABEL_GPU_MEMORY,
@@ -48,8 +49,8 @@ def schedulable_gpus(gpus: tuple[GpuDevice, ...]) -> tuple[GpuDevice, ...]:
     return tuple(gpu for gpu in gpus if not gpu.mig_enabled)
 
 
-def publication(gpus: tuple[GpuDevice, ...], slots_per_gpu: int) -> NodePublication:
-    """What the node should say for these GPUs (``None`` removes a stale key)."""
+def gpu_labels(gpus: tuple[GpuDevice, ...]) -> dict[str, str | None]:
+    """The model and memory labels for these GPUs (``None`` removes a stale key)."""
     plain = schedulable_gpus(gpus)
     labels: dict[str, str | None] = {LABEL_GPU_MODEL: None, LABEL_GPU_MEMORY: None}
     if plain:
@@ -57,6 +58,13 @@ def publication(gpus: tuple[GpuDevice, ...], slots_per_gpu: int) -> NodePublicat
         labels[LABEL_GPU_MEMORY] = str(min(gpu.memory_mib for gpu in plain))
     elif gpus:
         labels[LABEL_GPU_MODEL] = gpus[0].model
+    return labels
+
+
+def publication(gpus: tuple[GpuDevice, ...], slots_per_gpu: int) -> NodePublication:
+    """What the node should say for these GPUs (``None`` removes a stale key)."""
+    plain = schedulable_gpus(gpus)
+    labels = gpu_labels(gpus)
     unhealthy = ",".join(gpu.uuid for gpu in gpus if not gpu.healthy)
     annotations: dict[str, str | None] = {
         ANNOTATION_GPU_UUIDS: ",".join(gpu.uuid for gpu in plain) or None,

@@ -41,6 +41,9 @@ class GpuDevice:
         mig_enabled: Whether MIG mode is on (then only ``mig`` devices are handed out).
         mig: The MIG instances when MIG is on.
         healthy: False after a critical XID event.
+        product_name: NVML's full name (``NVIDIA H100 80GB HBM3``); empty when unknown.
+        mig_capable: Whether the GPU supports MIG at all.
+        driver_version: The NVIDIA driver's version (``570.124.06``); empty when unknown.
     """
 
     index: int
@@ -51,6 +54,9 @@ class GpuDevice:
     mig_enabled: bool = False
     mig: tuple[MigDevice, ...] = ()
     healthy: bool = True
+    product_name: str = ""
+    mig_capable: bool = False
+    driver_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +68,17 @@ class ProcessUsage:
         pid: Host PID.
         memory_mib: GPU memory the process holds.
         sm_percent: Its SM utilisation over the last sample period (0 when no sample).
+        memory_busy_percent: Its memory-controller utilisation over the same period (NVML's
+            per-process ``memUtil``, reported in the same sample as ``smUtil``): device memory
+            read or written by the process's kernels and copies. NVML reports memory *held*
+            and this per process, but no per-process bandwidth in bytes or PCIe traffic.
     """
 
     gpu_uuid: str
     pid: int
     memory_mib: int
     sm_percent: int = 0
+    memory_busy_percent: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +90,15 @@ class GpuUsage:
         memory_used_mib: Memory in use on the device.
         sm_percent: Device utilisation rate (percent of time a kernel ran).
         processes: Per-process usage.
+        memory_busy_percent: Device memory utilisation rate (percent of time device memory was
+            read or written, by any process).
     """
 
     gpu_uuid: str
     memory_used_mib: int
     sm_percent: int
     processes: tuple[ProcessUsage, ...] = field(default=())
+    memory_busy_percent: int = 0
 
 
 class Nvml(Protocol):
@@ -143,22 +157,28 @@ class RealNvml:
         """Every GPU, in index order."""
         nvml = self._nvml
         result = []
+        driver = str(nvml.nvmlSystemGetDriverVersion())
         for index, handle in enumerate(self._handles()):
             uuid = nvml.nvmlDeviceGetUUID(handle)
             try:
                 mig_enabled = nvml.nvmlDeviceGetMigMode(handle)[0] == nvml.NVML_DEVICE_MIG_ENABLE
+                mig_capable = True
             except nvml.NVMLError:  # not MIG-capable
-                mig_enabled = False
+                mig_enabled = mig_capable = False
+            name = str(nvml.nvmlDeviceGetName(handle))
             result.append(
                 GpuDevice(
                     index=index,
                     uuid=uuid,
-                    model=short_model(nvml.nvmlDeviceGetName(handle)),
+                    model=short_model(name),
                     memory_mib=nvml.nvmlDeviceGetMemoryInfo(handle).total // _MIB,
                     minor=nvml.nvmlDeviceGetMinorNumber(handle),
                     mig_enabled=mig_enabled,
                     mig=self._mig_devices(handle) if mig_enabled else (),
                     healthy=uuid not in self._unhealthy,
+                    product_name=name,
+                    mig_capable=mig_capable,
+                    driver_version=driver,
                 )
             )
         return tuple(result)
@@ -194,16 +214,7 @@ class RealNvml:
                         memory[process.pid] = max(memory.get(process.pid, 0), used // _MIB)
                 except nvml.NVMLError:
                     continue
-            sm: dict[int, int] = {}
-            try:
-                samples = nvml.nvmlDeviceGetProcessUtilization(
-                    handle, self._last_sample.get(uuid, 0)
-                )
-            except nvml.NVMLError:  # NOT_FOUND or zero samples: idle
-                samples = []
-            for sample in samples:
-                sm[sample.pid] = max(sm.get(sample.pid, 0), int(sample.smUtil))
-                self._last_sample[uuid] = max(self._last_sample.get(uuid, 0), sample.timeStamp)
+            sm, busy = self._process_utilisation(handle, uuid)
             rates = nvml.nvmlDeviceGetUtilizationRates(handle)
             result.append(
                 GpuUsage(
@@ -211,12 +222,35 @@ class RealNvml:
                     memory_used_mib=nvml.nvmlDeviceGetMemoryInfo(handle).used // _MIB,
                     sm_percent=int(rates.gpu),
                     processes=tuple(
-                        ProcessUsage(uuid, pid, memory.get(pid, 0), sm.get(pid, 0))
+                        ProcessUsage(
+                            uuid, pid, memory.get(pid, 0), sm.get(pid, 0), busy.get(pid, 0)
+                        )
                         for pid in sorted(set(memory) | set(sm))
                     ),
+                    memory_busy_percent=int(rates.memory),
                 )
             )
         return tuple(result)
+
+    def _process_utilisation(self, handle: Any, uuid: str) -> tuple[dict[int, int], dict[int, int]]:
+        """Per PID, the highest SM and memory utilisation of the samples since the last call.
+
+        NVML keeps one sample per process per driver sample period (1/6 s to 1 s, by product)
+        and returns those newer than the timestamp passed, so nothing between two calls is
+        missed and nothing is counted twice.
+        """
+        nvml = self._nvml
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, self._last_sample.get(uuid, 0))
+        except nvml.NVMLError:  # NOT_FOUND or zero samples: idle
+            samples = []
+        sm: dict[int, int] = {}
+        busy: dict[int, int] = {}
+        for sample in samples:
+            sm[sample.pid] = max(sm.get(sample.pid, 0), int(sample.smUtil))
+            busy[sample.pid] = max(busy.get(sample.pid, 0), int(sample.memUtil))
+            self._last_sample[uuid] = max(self._last_sample.get(uuid, 0), sample.timeStamp)
+        return sm, busy
 
     def wait_xid(self, timeout_ms: int) -> tuple[str, int] | None:
         """Block up to ``timeout_ms`` for a critical XID; marks that GPU unhealthy."""

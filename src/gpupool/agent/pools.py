@@ -1,37 +1,56 @@
-"""How many devices each GPU is advertised as: the ``maxPodsPerGPU`` of the node's pool.
+"""How many devices each GPU is advertised as: the pods one GPU of this node may hold.
 
-The node's pool is the first ``GPUPool`` (by name) whose ``spec.nodeSelector`` labels all
-match the node's labels, the same rule the scheduler's pool code uses. Exclusive and MIG pools
-give one device per GPU; a Shared pool gives ``spec.shared.maxPodsPerGPU`` (the CRD's default
-is 4). A node in no pool uses ``gpupool agent --max-pods-per-gpu`` (default 4). Read at start
-and then every minute, so a pool edit reaches the kubelet without a restart.
+The node's pool and its pods per GPU are decided by the rules the scheduler uses
+(:func:`gpupool.policy.membership.node_pool` and :func:`~gpupool.policy.membership.pods_per_gpu`,
+over GPUPools parsed by :func:`gpupool.policy.config.parse_objects`): a Shared pool's
+``maxPodsPerGPU``; one device per GPU in an Exclusive or MIG pool; the implicit default pool's
+:data:`~gpupool.policy.spec.DEFAULT_MAX_PODS_PER_GPU` on a node no pool selects; none on a node
+two pools select (it takes no GPU pods until the selectors are fixed). There is no agent flag
+for it: the scheduler cannot see one, and a kubelet admitting fewer pods than the scheduler
+binds fails the extra ones (``UnexpectedAdmissionError``).
+
+The labels matched are the node's, with the GPU labels this agent is about to publish, so a fresh
+node is judged as the scheduler will see it. Without the GPUPool CRD there are no pools (the
+scheduler's view too): every node is in the default pool. Read at start and then every minute, so a
+pool edit reaches the kubelet without a restart.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpupool.kube.api import KubeAPI
+from gpupool.kube.client.api import ApiError, KubeAPI
+from gpupool.policy.config import parse_objects
+from gpupool.policy.membership import node_pool, pods_per_gpu
 
 POOLS_PATH = "/apis/gpupool.io/v1alpha1/gpupools"
-DEFAULT_MAX_PODS_PER_GPU = 4
 
 
-def slots_for(pools: list[dict[str, Any]], labels: dict[str, str], default: int) -> int:
+def slots_for(pools: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> int:
     """Devices per GPU for a node with ``labels`` among ``pools`` (raw GPUPool objects)."""
-    for pool in sorted(pools, key=lambda p: str(p.get("metadata", {}).get("name", ""))):
-        spec = pool.get("spec", {})
-        selector: dict[str, str] = spec.get("nodeSelector") or {}
-        if any(labels.get(key) != value for key, value in selector.items()):
-            continue
-        if spec.get("mode") != "Shared":
-            return 1
-        shared = spec.get("shared") or {}
-        return int(shared.get("maxPodsPerGPU", DEFAULT_MAX_PODS_PER_GPU))
-    return default
+    config, _ = parse_objects(pools, [])
+    return pods_per_gpu(node_pool(config.pools, labels).pool)
 
 
-async def node_slots(api: KubeAPI, node: str, default: int) -> int:
-    """Devices per GPU for ``node``, from the GPUPools in the cluster."""
-    labels = (await api.get(f"/api/v1/nodes/{node}"))["metadata"].get("labels", {})
-    return slots_for(await api.list_items(POOLS_PATH), labels, default)
+async def node_slots(api: KubeAPI, node: str, published: Mapping[str, str | None]) -> int:
+    """Devices per GPU for ``node``, from the GPUPools in the cluster.
+
+    Args:
+        api: The API port.
+        node: The node's name.
+        published: The labels the agent writes on the node (``None``: removed).
+    """
+    labels = dict((await api.get(f"/api/v1/nodes/{node}"))["metadata"].get("labels", {}))
+    for key, value in published.items():
+        if value is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = value
+    try:
+        pools = await api.list_items(POOLS_PATH)
+    except ApiError as error:
+        if error.status != 404:
+            raise
+        pools = []  # the CRDs are not installed: no pools, as the scheduler sees it too
+    return slots_for(pools, labels)

@@ -8,29 +8,59 @@ needs to start containers.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import msgspec
 
 from gpupool.agent.board import DeviceBoard
 from gpupool.agent.devices import advertised
+from gpupool.agent.dra_plugin import DraPluginHost
+from gpupool.agent.dra_prepare import ClaimPreparer
+from gpupool.agent.dra_slice import ResourceSlicePublisher
 from gpupool.agent.handoff import Handoff, HandoffConfig
-from gpupool.agent.inventory import NodePublisher, publication
+from gpupool.agent.inventory import NodePublisher, gpu_labels, publication
+from gpupool.agent.keys import EventReporter, PublishedKey
 from gpupool.agent.nvml import Nvml
 from gpupool.agent.podresources import PodResourcesSource
-from gpupool.agent.pools import DEFAULT_MAX_PODS_PER_GPU, node_slots
+from gpupool.agent.pools import node_slots
 from gpupool.agent.registration import PluginHost
-from gpupool.agent.telemetry import AgentMetrics, UsageTracker, attribute, pod_uid_of
-from gpupool.kube.api import ApiError, KubeAPI
-from gpupool.kube.records import PodRecord
-from gpupool.kube.vocabulary import ANNOTATION_GPU_USAGE
+from gpupool.agent.telemetry import (
+    AgentMetrics,
+    UsageTracker,
+    attribute,
+    pod_uid_of,
+    tracked_pods,
+)
+from gpupool.kube.client.api import ApiError, KubeAPI
+from gpupool.kube.objects.dra import API_PREFIX, ResourceClaim
+from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.objects.usage_signal import encode_usage
+from gpupool.kube.objects.vocabulary import ANNOTATION_GPU_USAGE
+from gpupool.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
+
+STARTUP_BACKOFF = Backoff(0.5, 10.0)
+"""Waits while the first inventory cannot be published (the API server is starting): as the
+control plane waits for it, quick at first, and a thousand agents do not keep asking every
+two seconds through a long outage."""
+
+
+@dataclass(frozen=True, slots=True)
+class DraConfig:
+    """Where the kubelet looks for DRA plugins (``None`` in :class:`AgentConfig`: no DRA).
+
+    Attributes:
+        registry_dir: The kubelet's plugin registration folder.
+        plugins_dir: The kubelet's plugin folder (the service socket goes in ``<driver>/``).
+    """
+
+    registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    plugins_dir: Path = Path("/var/lib/kubelet/plugins")
 
 
 @dataclass(slots=True)
@@ -40,7 +70,6 @@ class AgentConfig:
     Attributes:
         handoff: Node name, CDI and state folders, isolation.
         plugin_dir: The kubelet's device-plugin folder.
-        max_pods_per_gpu: Devices per GPU when the node is in no GPUPool.
         publish_allocatable: Write allocatable on the Node (only where no kubelet runs).
         inventory_period: Seconds between NVML inventory refreshes.
         pool_period: Seconds between reads of the node's GPUPool (a LIST per node: at 1,000
@@ -50,11 +79,14 @@ class AgentConfig:
         usage_period: Seconds between idle-signal publications on the Node.
         reconcile_period: Seconds between collections of ended containers' tokens.
         proc_root: Where ``/proc`` is (the host's, mounted into the agent's pod).
+        dra: The DRA kubelet plugin's folders (None: the agent is no DRA plugin and publishes
+            no ResourceSlice).
+        key_namespace: The scheduler's namespace, where it publishes its public key.
+        key_period: Seconds a read public key is used before it is read again.
     """
 
     handoff: HandoffConfig
     plugin_dir: Path = Path("/var/lib/kubelet/device-plugins")
-    max_pods_per_gpu: int = DEFAULT_MAX_PODS_PER_GPU
     publish_allocatable: bool = False
     inventory_period: float = 10.0
     pool_period: float = 60.0
@@ -62,6 +94,9 @@ class AgentConfig:
     usage_period: float = 60.0
     reconcile_period: float = 30.0
     proc_root: Path = field(default_factory=lambda: Path("/proc"))
+    dra: DraConfig | None = field(default_factory=DraConfig)
+    key_namespace: str = "kube-system"
+    key_period: float = 300.0
 
 
 class ApiPods:
@@ -81,6 +116,24 @@ class ApiPods:
         return msgspec.json.decode(body, type=PodRecord)
 
 
+class ApiClaims:
+    """ResourceClaims read from the API server (the preparer's claim source)."""
+
+    def __init__(self, api: KubeAPI) -> None:
+        self._api = api
+
+    async def get(self, namespace: str, name: str) -> ResourceClaim | None:
+        """The claim, or None if it does not exist."""
+        path = f"{API_PREFIX}/namespaces/{namespace}/resourceclaims/{name}"
+        try:
+            body = await self._api.request("GET", path)
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+        return msgspec.json.decode(body, type=ResourceClaim)
+
+
 class Agent:
     """One node's agent.
 
@@ -98,32 +151,70 @@ class Agent:
         self.nvml = nvml
         self.api = api
         self.board = DeviceBoard()
-        self.handoff = Handoff(config.handoff, ApiPods(api), kubelet, nvml.devices)
+        self.handoff = Handoff(
+            config.handoff,
+            ApiPods(api),
+            kubelet,
+            nvml.devices,
+            PublishedKey(api, config.key_namespace, config.key_period),
+            EventReporter(api, config.handoff.node).untrusted,
+            other_grants=lambda: self.preparer.grants(),
+        )
+        self.preparer = ClaimPreparer(
+            config.handoff, ApiClaims(api), nvml.devices, other_grants=self.handoff.grants
+        )
         self.host = PluginHost(config.plugin_dir, self.board, self.handoff)
+        self.slices = ResourceSlicePublisher(api, config.handoff.node)
+        self.dra_host = (
+            DraPluginHost(
+                config.dra.registry_dir, config.dra.plugins_dir, self.preparer, self.publish_slice
+            )
+            if config.dra is not None
+            else None
+        )
         self.metrics = AgentMetrics()
         self.usage = UsageTracker()
         self._publisher = NodePublisher(
             api, config.handoff.node, allocatable=config.publish_allocatable
         )
-        self._slots = config.max_pods_per_gpu
+        self._slots: int | None = None
         self._pool_read_at: float | None = None
+        self._slice_read_at: float | None = None
 
     async def refresh_inventory(self) -> None:
-        """Read NVML (and the pool when due); update the advertised devices and the Node."""
+        """Read NVML (and the pool when due); update the advertised devices and the Node.
+
+        Until the node's pool has been read once, nothing is advertised or published: a guess
+        could let the kubelet admit pods the scheduler would not place (the start-up loop
+        retries until the read succeeds).
+        """
         now = time.monotonic()
-        if self._pool_read_at is None or now - self._pool_read_at >= self.config.pool_period:
-            try:
-                self._slots = await node_slots(
-                    self.api, self.config.handoff.node, self.config.max_pods_per_gpu
-                )
-                self._pool_read_at = now
-            except ApiError as error:
-                log.warning(
-                    "pool lookup failed (%s); keeping %d devices per GPU", error, self._slots
-                )
         devices = self.nvml.devices()
-        await self.board.update(advertised(devices, self._slots))
-        await self._publisher.publish(publication(devices, self._slots))
+        slots = self._slots
+        due = self._pool_read_at is None or now - self._pool_read_at >= self.config.pool_period
+        if slots is None or due:
+            try:
+                slots = await node_slots(self.api, self.config.handoff.node, gpu_labels(devices))
+                self._slots, self._pool_read_at = slots, now
+            except ApiError as error:
+                if slots is None:
+                    raise
+                log.warning("pool lookup failed (%s); keeping %d devices per GPU", error, slots)
+        await self.board.update(advertised(devices, slots))
+        await self._publisher.publish(publication(devices, slots))
+        if self.dra_host is not None:
+            # read back now and then: the kubelet deletes the node's slices when it starts
+            due = (
+                self._slice_read_at is None or now - self._slice_read_at >= self.config.pool_period
+            )
+            await self.slices.publish(devices, verify=due)
+            if due:
+                self._slice_read_at = now
+
+    async def publish_slice(self) -> None:
+        """Publish the ResourceSlice now, reading back what is stored (after a registration)."""
+        await self.slices.publish(self.nvml.devices(), verify=True)
+        self._slice_read_at = time.monotonic()
 
     async def sample(self) -> None:
         """One usage sample: metrics and the idle tracker."""
@@ -131,15 +222,18 @@ class Agent:
         pods = attribute(usage, lambda pid: pod_uid_of(pid, self.config.proc_root))
         grants = self.handoff.grants()
         self.metrics.update(self.nvml.devices(), usage, pods, grants)
-        self.usage.update({grant.pod_uid for grant in grants}, pods, time.time())
+        claimed = (gpu.uuid for claim in self.preparer.grants() for gpu in claim.gpus)
+        tracked = tracked_pods((grant.pod_uid for grant in grants), claimed, pods)
+        self.usage.update(tracked, pods, time.time())
 
     async def publish_usage(self) -> None:
         """Write the idle signal on the Node."""
-        value = json.dumps(self.usage.signal(), separators=(",", ":"), sort_keys=True)
+        value = encode_usage(self.usage.signal(self.config.usage_period))
         await self.api.patch(
             f"/api/v1/nodes/{self.config.handoff.node}",
             {"metadata": {"annotations": {ANNOTATION_GPU_USAGE: value}}},
         )
+        self.usage.published()
 
     async def watch_xids(self) -> None:
         """Refresh the inventory as soon as NVML reports a critical XID."""
@@ -152,6 +246,15 @@ class Agent:
     async def run(self) -> None:
         """Run every loop until cancelled."""
         await _retrying(self.refresh_inventory)
+        if self.dra_host is not None:
+            await self.dra_host.start()
+        try:
+            await self._loops()
+        finally:
+            if self.dra_host is not None:
+                await self.dra_host.stop()
+
+    async def _loops(self) -> None:
         loops = [
             self.host.watch(),
             self.watch_xids(),
@@ -163,14 +266,11 @@ class Agent:
         await asyncio.gather(*loops)
 
 
-async def _retrying(step: Callable[[], Awaitable[object]], delay: float = 2.0) -> None:
-    while True:
-        try:
-            await step()
-            return
-        except Exception as error:  # keep trying; say why
-            log.warning("%s failed: %s; retrying", getattr(step, "__name__", step), error)
-            await asyncio.sleep(delay)
+async def _retrying(step: Callable[[], Awaitable[object]]) -> None:
+    def failed(error: Exception, _delay: float) -> None:  # keep trying; say why
+        log.warning("%s failed: %s; retrying", getattr(step, "__name__", step), error)
+
+    await retry(step, STARTUP_BACKOFF, failed)
 
 
 async def _every(period: float, step: Callable[[], Awaitable[object]]) -> None:
@@ -196,6 +296,20 @@ def _api(kubeconfig: Path | None) -> KubeAPI:
     return KubeAPI(httpx2.AsyncClient(**params.httpx_params(config)))
 
 
+def use_fake_device_tree(config: AgentConfig, nvml: Nvml) -> None:
+    """Make the fake GPUs' device nodes (in the state folder) and name them in CDI specs.
+
+    The state folder is a host path mounted at the same path in the agent's pod, so the host
+    paths the specs name are the ones the container runtime finds.
+    """
+    from gpupool.agent.fakedevices import create_tree
+
+    root = config.handoff.state_dir / "fake-dev"
+    major = create_tree(root, nvml.devices())
+    log.info("fake GPU device nodes in %s (character major %d)", root, major)
+    config.handoff.isolation = replace(config.handoff.isolation, device_root=root)
+
+
 async def serve(
     config: AgentConfig,
     kubeconfig: Path | None,
@@ -210,11 +324,19 @@ async def serve(
         RuntimeError: NVML cannot be loaded.
     """
     from gpupool.agent.fakenvml import FakeNvml
+    from gpupool.agent.fakescript import SCRIPT_FILE, ScriptFile
     from gpupool.agent.nvml import RealNvml
     from gpupool.agent.podresources import PodResourcesClient
 
     node = config.handoff.node
-    nvml: Nvml = FakeNvml.preset(fake_gpus, node) if fake_gpus else RealNvml()
+    nvml: Nvml
+    if fake_gpus:
+        fake = FakeNvml.preset(fake_gpus, node)
+        fake.follow(ScriptFile(config.handoff.state_dir / SCRIPT_FILE))
+        use_fake_device_tree(config, fake)
+        nvml = fake
+    else:
+        nvml = RealNvml()
     api = _api(kubeconfig)
     agent = Agent(config, nvml, api, PodResourcesClient(pod_resources_socket))
     if metrics_port:

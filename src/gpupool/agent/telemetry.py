@@ -9,13 +9,22 @@ not for a pod.
 Two outputs:
 
 * ``/metrics`` on the agent (Prometheus): per pod and GPU ``gpupool_pod_gpu_memory_used_bytes``,
-  ``gpupool_pod_gpu_sm_utilization_percent``; per GPU ``gpupool_gpu_memory_used_bytes``,
-  ``gpupool_gpu_memory_total_bytes``, ``gpupool_gpu_sm_utilization_percent``,
+  ``gpupool_pod_gpu_sm_utilization_percent``, ``gpupool_pod_gpu_memory_utilization_percent``;
+  per GPU ``gpupool_gpu_memory_used_bytes``, ``gpupool_gpu_memory_total_bytes``,
+  ``gpupool_gpu_sm_utilization_percent``, ``gpupool_gpu_memory_utilization_percent``,
   ``gpupool_gpu_healthy``.
 * the idle-detection signal for governance: the node annotation ``gpupool.io/gpu-usage`` with,
-  per pod UID on this node, SM %, memory and the last time it used the GPU. It is written on
-  the Node (which tenants cannot write, unlike their pods' annotations) at most once per
-  publication period (default 60 s), and only when it changed.
+  per pod UID on this node, the highest SM and memory-controller utilisation of the samples
+  (every 5 s) since the last publication, the memory it holds and the last time it used the
+  GPU. It is written on the Node (which tenants cannot write, unlike their pods'
+  annotations) once per publication period (default 60 s).
+
+Why the period's highest sample and not the latest one or the mean: a minute of an inference
+server answering a request every few seconds, or of a notebook cell that ran for 20 s, is a
+minute of work; the latest sample alone misses it whenever the burst ended before the
+publication (the aliasing that made the idle rule see quiet phases that were not there), and
+the mean spreads it below the pool's threshold. Background noise stays under any threshold
+above a few percent either way.
 """
 
 from __future__ import annotations
@@ -23,12 +32,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from gpupool.agent.grants import ContainerGrant
 from gpupool.agent.nvml import GpuDevice, GpuUsage
+from gpupool.kube.objects.timestamps import format_time
+from gpupool.kube.objects.usage_signal import PodUsageEntry, UsageSignal
 
 MIB = 2**20
 _POD_UID = re.compile(
@@ -55,74 +64,133 @@ class PodGpuUsage:
         gpu_uuid: The GPU.
         memory_mib: Memory its processes hold.
         sm_percent: Their SM utilisation (summed, at most 100).
+        memory_busy_percent: Their memory-controller utilisation (summed, at most 100).
     """
 
     pod_uid: str
     gpu_uuid: str
     memory_mib: int
     sm_percent: int
+    memory_busy_percent: int = 0
 
 
 def attribute(usage: Iterable[GpuUsage], uid_of: Callable[[int], str | None]) -> list[PodGpuUsage]:
     """Per (pod, GPU) usage from per-process samples."""
-    totals: dict[tuple[str, str], tuple[int, int]] = {}
+    totals: dict[tuple[str, str], tuple[int, int, int]] = {}
     for gpu in usage:
         for process in gpu.processes:
             uid = uid_of(process.pid)
             if uid is None:
                 continue
-            memory, sm = totals.get((uid, gpu.gpu_uuid), (0, 0))
-            totals[(uid, gpu.gpu_uuid)] = (memory + process.memory_mib, sm + process.sm_percent)
+            memory, sm, busy = totals.get((uid, gpu.gpu_uuid), (0, 0, 0))
+            totals[(uid, gpu.gpu_uuid)] = (
+                memory + process.memory_mib,
+                sm + process.sm_percent,
+                busy + process.memory_busy_percent,
+            )
     return [
-        PodGpuUsage(uid, gpu_uuid, memory, min(100, sm))
-        for (uid, gpu_uuid), (memory, sm) in sorted(totals.items())
+        PodGpuUsage(uid, gpu_uuid, memory, min(100, sm), min(100, busy))
+        for (uid, gpu_uuid), (memory, sm, busy) in sorted(totals.items())
     ]
 
 
-def _rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def tracked_pods(
+    granted: Iterable[str], claimed_gpus: Iterable[str], samples: Iterable[PodGpuUsage]
+) -> set[str]:
+    """The pods the idle signal speaks for: granted GPUs here, or running on a claim's GPU.
+
+    A device-plugin grant names its pod; a prepared DRA claim names only itself (its pods are
+    in the claim's ``reservedFor``, which the agent does not read again while the claim is
+    prepared). So a claim's pods are the ones whose processes NVML shows on the claim's GPUs:
+    a pod holding a CUDA context and doing nothing is reported (at 0 %), and a claim pod with
+    no process on its GPU is not reported at all, so it is never taken for idle.
+    """
+    claimed = set(claimed_gpus)
+    return set(granted) | {sample.pod_uid for sample in samples if sample.gpu_uuid in claimed}
+
+
+@dataclass(frozen=True, slots=True)
+class _PodSample:
+    """One pod at one sample, over its GPUs: the busiest GPU's utilisation, all memory held."""
+
+    sm_percent: int = 0
+    memory_busy_percent: int = 0
+    memory_mib: int = 0
 
 
 class UsageTracker:
-    """The idle signal: per pod, current usage and the last time its SM use was above zero.
+    """The idle signal: per pod, its usage since the last publication and when it last used SM.
 
-    A pod granted a GPU counts as active from its first sample: ``lastActive`` starts at the
-    first time the agent saw it, so a pod is never reported idle for longer than it has run.
+    The utilisation published is the highest of the samples since the last publication
+    (:meth:`published` starts a new period), the memory the latest sample's. A pod granted a
+    GPU counts as active from its first sample: ``lastActive`` starts at the first time the
+    agent saw it, so a pod is never reported idle for longer than it has run.
     """
 
     def __init__(self) -> None:
         self._last_active: dict[str, float] = {}
-        self._current: dict[str, tuple[int, int]] = {}
+        self._current: dict[str, _PodSample] = {}
+        self._peaks: dict[str, tuple[int, int]] = {}
+        self._unsent: dict[str, tuple[int, int]] = {}
         self._sampled_at = 0.0
 
     def update(self, pods: Iterable[str], samples: Iterable[PodGpuUsage], now: float) -> None:
         """Record one sample for the pods granted GPUs on this node."""
-        current: dict[str, tuple[int, int]] = {uid: (0, 0) for uid in pods}
+        current = {uid: _PodSample() for uid in pods}
         for sample in samples:
-            if sample.pod_uid not in current:
+            seen = current.get(sample.pod_uid)
+            if seen is None:
                 continue
-            sm, memory = current[sample.pod_uid]
-            current[sample.pod_uid] = (max(sm, sample.sm_percent), memory + sample.memory_mib)
-        for uid, (sm, _) in current.items():
-            if sm > 0 or uid not in self._last_active:
+            current[sample.pod_uid] = _PodSample(
+                max(seen.sm_percent, sample.sm_percent),
+                max(seen.memory_busy_percent, sample.memory_busy_percent),
+                seen.memory_mib + sample.memory_mib,
+            )
+        for uid, pod in current.items():
+            if pod.sm_percent > 0 or uid not in self._last_active:
                 self._last_active[uid] = now
+            sm, busy = self._peaks.get(uid, (0, 0))
+            self._peaks[uid] = (max(sm, pod.sm_percent), max(busy, pod.memory_busy_percent))
         self._last_active = {uid: t for uid, t in self._last_active.items() if uid in current}
+        self._peaks = {uid: peak for uid, peak in self._peaks.items() if uid in current}
+        self._unsent = {uid: peak for uid, peak in self._unsent.items() if uid in current}
         self._current = current
         self._sampled_at = now
 
-    def signal(self) -> dict[str, Any]:
-        """The annotation value (JSON-ready)."""
-        return {
-            "sampledAt": _rfc3339(self._sampled_at),
-            "pods": {
-                uid: {
-                    "smPercent": sm,
-                    "memoryMib": memory,
-                    "lastActive": _rfc3339(self._last_active[uid]),
-                }
-                for uid, (sm, memory) in sorted(self._current.items())
-            },
-        }
+    def signal(self, period: float) -> UsageSignal:
+        """The annotation value, covering every sample not yet published, which is every ``period``.
+
+        The period is published with it: governance counts a sample older than a few periods
+        as stale (neither idle nor active), so it must know how often a live agent writes.
+
+        The samples so far are set aside as being written: a sample taken while the write is
+        under way belongs to the next publication, so :meth:`published` after the write
+        cannot drop a burst the write did not carry.
+        """
+        for uid, (sm, busy) in self._peaks.items():
+            sent_sm, sent_busy = self._unsent.get(uid, (0, 0))
+            self._unsent[uid] = (max(sm, sent_sm), max(busy, sent_busy))
+        self._peaks = {}
+        pods = {}
+        for uid, pod in sorted(self._current.items()):
+            sm, busy = self._unsent.get(uid, (pod.sm_percent, pod.memory_busy_percent))
+            pods[uid] = PodUsageEntry(
+                sm_percent=sm,
+                memory_busy_percent=busy,
+                memory_mib=pod.memory_mib,
+                last_active=format_time(self._last_active[uid]),
+            )
+        return UsageSignal(
+            sampled_at=format_time(self._sampled_at), pods=pods, period_seconds=period
+        )
+
+    def published(self) -> None:
+        """The last :meth:`signal` was written: the next one covers the samples after it.
+
+        Called only after a successful write, so a failed one loses no burst: the next
+        publication covers both periods.
+        """
+        self._unsent.clear()
 
 
 class AgentMetrics:
@@ -145,6 +213,13 @@ class AgentMetrics:
             pod_labels,
             registry=self.registry,
         )
+        self.pod_memory_busy = Gauge(
+            "gpupool_pod_gpu_memory_utilization_percent",
+            "Memory-controller utilisation of the pod's processes over the last NVML sample "
+            "period.",
+            pod_labels,
+            registry=self.registry,
+        )
         self.gpu_memory = Gauge(
             "gpupool_gpu_memory_used_bytes",
             "GPU memory in use.",
@@ -160,6 +235,12 @@ class AgentMetrics:
         self.gpu_sm = Gauge(
             "gpupool_gpu_sm_utilization_percent",
             "Percent of time a kernel ran on the GPU.",
+            ("gpu_uuid",),
+            registry=self.registry,
+        )
+        self.gpu_memory_busy = Gauge(
+            "gpupool_gpu_memory_utilization_percent",
+            "Percent of time device memory was read or written.",
             ("gpu_uuid",),
             registry=self.registry,
         )
@@ -179,7 +260,15 @@ class AgentMetrics:
     ) -> None:
         """Replace every series with this sample (series of ended pods disappear)."""
         names = {grant.pod_uid: (grant.namespace, grant.pod) for grant in grants}
-        for gauge in (self.pod_memory, self.pod_sm, self.gpu_memory, self.gpu_total, self.gpu_sm):
+        for gauge in (
+            self.pod_memory,
+            self.pod_sm,
+            self.pod_memory_busy,
+            self.gpu_memory,
+            self.gpu_total,
+            self.gpu_sm,
+            self.gpu_memory_busy,
+        ):
             gauge.clear()
         self.gpu_healthy.clear()
         for gpu in gpus:
@@ -188,8 +277,10 @@ class AgentMetrics:
         for sample in usage:
             self.gpu_memory.labels(sample.gpu_uuid).set(sample.memory_used_mib * MIB)
             self.gpu_sm.labels(sample.gpu_uuid).set(sample.sm_percent)
+            self.gpu_memory_busy.labels(sample.gpu_uuid).set(sample.memory_busy_percent)
         for pod in pods:
             namespace, name = names.get(pod.pod_uid, ("", ""))
             labels = (namespace, name, pod.pod_uid, pod.gpu_uuid)
             self.pod_memory.labels(*labels).set(pod.memory_mib * MIB)
             self.pod_sm.labels(*labels).set(pod.sm_percent)
+            self.pod_memory_busy.labels(*labels).set(pod.memory_busy_percent)

@@ -13,47 +13,27 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from gpupool.api.app import create_face
-from gpupool.api.model import CostLine, Pool, Queue, Record
+from gpupool.api.model import CostBucket, CostLine, Pool, Queue, Record
+from gpupool.api.records import Namespaces
 from gpupool.api.serve import serving
 from gpupool.api.sources import DetachedView, SnapshotView
-from gpupool.api.view import PodInfo, Waiting
+from gpupool.api.view import PodInfo, Waiting, pools_of, queues_of, team_of
 from gpupool.core.snapshot import ClusterSnapshot
-from gpupool.policy.quota import NO_LIMIT
+from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.units import MILLI_UNITS
+from gpupool.policy.usage import pool_usage, queue_usage
 from gpupool.sim.demo_session import DemoSession
 from gpupool.sim.embedded import ClusterEvent, EmbeddedCluster
 
 
 def _pools(cluster: EmbeddedCluster) -> list[Pool]:
-    layout, used = cluster.policy.layout, cluster.ledger.used.sum(axis=0)
-    return [
-        Pool(
-            name=pool.name,
-            mode=pool.mode.value,
-            capacity_units=int(layout.capacity[p]),
-            allocated_units=int(used[p]),
-        )
-        for p, pool in enumerate(layout.pools)
-        if layout.node_count[p]
-    ]
+    return pools_of(pool_usage(cluster.policy, cluster.ledger, cluster.running.values()))
 
 
 def _queues(cluster: EmbeddedCluster) -> list[Queue]:
-    tables, ledger = cluster.policy.tables, cluster.ledger
+    tables = cluster.policy.tables
     waiting = [tables.queue_of(w.namespace, w.queue) for w in cluster.pending.values()]
-    queues = []
-    for q, queue in enumerate(tables.queues):
-        ceilings = [int(c) for c in tables.ceiling[q] if c < NO_LIMIT]
-        queues.append(
-            Queue(
-                name=queue.name,
-                guaranteed_milli=int(tables.guaranteed[q].sum()) or None,
-                ceiling_milli=sum(ceilings) if ceilings else None,
-                used_milli=int(ledger.used[q].sum()),
-                pending=waiting.count(q),
-            )
-        )
-    return queues
+    return queues_of(queue_usage(cluster.policy, cluster.ledger, waiting))
 
 
 class DemoView:
@@ -66,11 +46,14 @@ class DemoView:
 
     def _view(self) -> SnapshotView:
         with self.session.locked() as cluster:
-            queues = cluster.policy.tables.queues
+            tables = cluster.policy.tables
             info = {
-                name: PodInfo(key=name, team=queues[record.queue].name)
+                name: PodInfo(key=name, team=tables.queues[record.queue].name)
                 for name, record in cluster.running.items()
             }
+            for name, waiting in cluster.pending.items():
+                queue = tables.queue_of(waiting.namespace, waiting.queue)
+                info[name] = PodInfo(key=name, team=tables.queues[queue].name)
             return SnapshotView(
                 cluster.snapshot.copy(),
                 [(w.pod, cluster.reasons.get(name, "")) for name, w in cluster.pending.items()],
@@ -78,6 +61,8 @@ class DemoView:
                 source=self.source,
                 pool_list=_pools(cluster),
                 queue_list=_queues(cluster),
+                workloads=dict(cluster.pending),
+                compiled=cluster.policy,
             )
 
     def snapshot(self) -> ClusterSnapshot | None:
@@ -100,6 +85,11 @@ class DemoView:
         """The demo's pools with their allocation."""
         return self._view().pools()
 
+    def policy(self) -> ClusterPolicy | None:
+        """The demo's compiled pools and queues (compiled once, never changed)."""
+        with self.session.locked() as cluster:
+            return cluster.policy
+
     def queues(self) -> list[Queue]:
         """The demo's queues with their use."""
         return self._view().queues()
@@ -119,26 +109,38 @@ def _record(event: ClusterEvent) -> Record:
 
 
 class DemoRecords:
-    """The demo's decisions as the store would keep them (a :class:`RecordSource`)."""
+    """The demo's decisions as the store would keep them (a :class:`RecordSource`).
+
+    The demo's namespaces are its teams, which are also its queues.
+    """
 
     def __init__(self, session: DemoSession) -> None:
         self.session = session
 
-    def _events(self) -> list[ClusterEvent]:
+    def _events(self, namespaces: Namespaces) -> list[ClusterEvent]:
         with self.session.locked() as cluster:
-            return list(reversed(cluster.events))
+            events = list(reversed(cluster.events))
+        return [e for e in events if namespaces is None or team_of(e.pod) in namespaces]
 
-    def actions(self, limit: int) -> list[Record]:
+    async def namespaces(self) -> set[str]:
+        """The teams the decisions name."""
+        with self.session.locked() as cluster:
+            return {team_of(event.pod) for event in cluster.events}
+
+    async def actions(self, limit: int, namespaces: Namespaces) -> list[Record]:
         """Warnings, reclaims and preemptions, newest first."""
-        chosen = [e for e in self._events() if e.action in GOVERNANCE_ACTIONS]
+        chosen = [e for e in self._events(namespaces) if e.action in GOVERNANCE_ACTIONS]
         return [_record(event) for event in chosen[:limit]]
 
-    def audit(self, limit: int) -> list[Record]:
+    async def audit(self, limit: int, namespaces: Namespaces) -> list[Record]:
         """Every decision kept, newest first."""
-        return [_record(event) for event in self._events()[:limit]]
+        return [_record(event) for event in self._events(namespaces)[:limit]]
 
-    def cost(self) -> list[CostLine]:
-        """GPU-hours per team: released shares, plus what running pods have held so far."""
+    async def cost(self, namespaces: Namespaces) -> tuple[list[CostLine], list[CostBucket]]:
+        """GPU-hours per team: released shares, plus what running pods have held so far.
+
+        The simulated clock has no calendar to cut into days, so there are no buckets.
+        """
         with self.session.locked() as cluster:
             hours = dict(cluster.gpu_hours)
             queues = cluster.policy.tables.queues
@@ -146,14 +148,17 @@ class DemoRecords:
                 held = record.units / MILLI_UNITS * (cluster.now - record.started_at) / 3600
                 name = queues[record.queue].name
                 hours[name] = hours.get(name, 0.0) + held
-        return [
-            CostLine(team=team, gpu_hours=round(value, 3)) for team, value in sorted(hours.items())
+        lines = [
+            CostLine(team=team, gpu_hours=round(value, 3))
+            for team, value in sorted(hours.items())
+            if namespaces is None or team in namespaces
         ]
+        return lines, []
 
 
 @contextmanager
 def serve_demo(session: DemoSession, port: int) -> Iterator[str]:
     """Serve the dashboard and API of ``session`` on 127.0.0.1:``port``; yields the URL."""
-    face = create_face(DemoView(session), None, DemoRecords(session))
+    face = create_face(DemoView(session), None, DemoRecords(session), insecure_local=True)
     with serving(face, "127.0.0.1", port) as url:
         yield url

@@ -1,10 +1,12 @@
 """Why a pending pod waits and what would have to free up: ``gpupool explain POD``.
 
 The scheduler's message already counts the nodes per reason; what a user asks next is "what
-would it take": for every node that could ever hold the pod (enough GPUs of an allowed model and
-size, enough CPU and memory),
-the shares still to free on the GPUs closest to fitting, and who holds them. Computed from the
-snapshot with numpy, without touching it, so an explanation can never change a placement.
+would it take": for every node the scheduler could ever place the pod on (one of the pools it is
+routed to, a GPU model it allows, its selector, affinity and tolerations, ready and not cordoned:
+:func:`~gpupool.scheduling.candidates.candidate_nodes`, the engine's own filters) that would hold
+it if empty (enough GPUs of its size, MIG slices of its profile, CPU and memory), the shares still
+to free on the GPUs closest to fitting, and who holds them. Computed from the snapshot with
+numpy, without touching it, so an explanation can never change a placement.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.api.model import Explanation, FreeUp
-from gpupool.api.view import ClusterView, pending
+from gpupool.api.view import ClusterView, Waiting, pending
 from gpupool.core.model import PodSpec, RequestKind
 from gpupool.core.snapshot import ClusterSnapshot
+from gpupool.policy.cluster import ClusterPolicy
+from gpupool.policy.workload import Workload
+from gpupool.scheduling.candidates import candidate_nodes
 
 CLOSEST = 3
 """How many candidate nodes an explanation lists."""
@@ -54,8 +59,11 @@ def _free_up(snapshot: ClusterSnapshot, spec: PodSpec, row: int, view: ClusterVi
     )
 
 
-def _could_fit(snapshot: ClusterSnapshot, spec: PodSpec | None) -> npt.NDArray[np.bool_]:
-    """Nodes that could hold ``spec`` if nothing else ran there."""
+def _could_fit(
+    snapshot: ClusterSnapshot, policy: ClusterPolicy | None, waiting: Waiting
+) -> npt.NDArray[np.bool_]:
+    """Candidate nodes that could hold the pod if nothing else ran there."""
+    spec = waiting.spec
     if spec is None:
         return np.zeros(snapshot.size, dtype=bool)
     fits = (
@@ -64,9 +72,14 @@ def _could_fit(snapshot: ClusterSnapshot, spec: PodSpec | None) -> npt.NDArray[n
         & (snapshot.memory_capacity >= spec.memory_mib)
     )
     if spec.gpu_count:
-        fits &= snapshot.model_mask(spec.gpu_models)
         fits &= snapshot.gpu_memory_capacity.max(axis=1) >= spec.gpu_memory_mib
-    return fits
+    if spec.kind is RequestKind.MIG:
+        profiles = snapshot.mig_profiles
+        if spec.mig_profile not in profiles:
+            return np.zeros(snapshot.size, dtype=bool)
+        fits &= snapshot.mig_capacity[:, profiles.index(spec.mig_profile)] >= 1
+    workload = waiting.workload or Workload(pod=spec)
+    return fits & candidate_nodes(snapshot, policy, workload)
 
 
 def explain(view: ClusterView, pod: str) -> Explanation:
@@ -79,7 +92,8 @@ def explain(view: ClusterView, pod: str) -> Explanation:
     found = next((p for p in waiting if p.pod == pod), None)
     if found is None:
         raise NotPendingError(f"pod {pod!r} is not pending")
-    spec = next(w.spec for w in view.waiting() if w.info.key == pod)
+    entry = next(w for w in view.waiting() if w.info.key == pod)
+    spec = entry.spec
     snapshot = view.snapshot()
     if snapshot is None:
         return Explanation(
@@ -89,7 +103,7 @@ def explain(view: ClusterView, pod: str) -> Explanation:
             nodes_could_fit=0,
             closest=[],
         )
-    fitting = _could_fit(snapshot, spec)
+    fitting = _could_fit(snapshot, view.policy(), entry)
     candidates: list[FreeUp] = []
     if spec is not None and spec.kind in (RequestKind.WHOLE, RequestKind.SHARE):
         candidates = [_free_up(snapshot, spec, int(row), view) for row in np.flatnonzero(fitting)]

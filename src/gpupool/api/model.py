@@ -4,6 +4,10 @@ Kept apart from how they are computed (:mod:`gpupool.api.view`) so the schema ca
 accident when a backend does; every field that a backend may not know yet (pools and queues
 before GPUPool/GPUQueue exist, governance without a store) is a list that may be empty or a value
 that may be ``None``, never a made-up number.
+
+Quantities named ``*_units`` are GPU units (a whole GPU is 1; a share the larger of its compute
+and memory fractions; a MIG slice its compute slices over seven), the count quotas and the bill
+use (:mod:`gpupool.policy.units`); ``*_milli`` fields are compute shares in milli-GPU.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ class Share(BaseModel):
     """One pod's share of one GPU."""
 
     pod: str = Field(description="namespace/name of the pod")
-    team: str = Field(description="The pod's queue (gpupool.io/queue label) or its namespace")
+    team: str = Field(description="The queue the pod is charged to")
     milli: int = Field(description="Compute share in milli-GPU (1000 = the whole GPU)")
     memory_mib: int = Field(description="GPU memory held, MiB (0: no cap asked for)")
     kind: str = Field(description="whole, share or mig")
@@ -34,12 +38,22 @@ class Gpu(BaseModel):
     shares: list[Share]
 
 
+class MigSlice(BaseModel):
+    """One MIG slice of a node and who holds it."""
+
+    profile: str = Field(description="The MIG profile, e.g. 1g.10gb")
+    units: float = Field(description="GPU units the slice counts as")
+    pod: str | None = Field(None, description="namespace/name of the pod holding it; None: free")
+    team: str | None = Field(None, description="The holder's queue")
+
+
 class Node(BaseModel):
     """A node the scheduler places pods onto."""
 
     name: str
     gpu_model: str
     gpus: list[Gpu]
+    mig: list[MigSlice] = Field(description="MIG slices, by profile, held ones first")
     cpu_milli: int
     cpu_free_milli: int
     memory_mib: int
@@ -55,6 +69,7 @@ class PendingPod(BaseModel):
     gpu_count: int
     gpu_milli: int = Field(description="Compute share asked for per GPU, milli-GPU")
     gpu_memory_mib: int = Field(description="GPU memory asked for per GPU, MiB")
+    mig_profile: str = Field(description="The MIG profile asked for ('' unless kind is mig)")
     kind: str = Field(description="none, whole, share or mig")
     reason: str = Field(description="The scheduler's last message ('' when not tried yet)")
     category: str = Field(description="The reason's category, as in the pending_pods metric")
@@ -63,30 +78,33 @@ class PendingPod(BaseModel):
 
 
 class Pool(BaseModel):
-    """A GPUPool: a set of GPUs shared in one mode."""
+    """A GPUPool (or the implicit default pool): a set of GPUs shared in one mode."""
 
     name: str
-    mode: str
-    capacity_units: int
-    allocated_units: int
+    mode: str = Field(description="Exclusive, MIG, Shared, or Any for the default pool")
+    nodes: int
+    capacity_units: float = Field(description="GPU units of its GPUs and MIG slices")
+    allocated_units: float = Field(description="GPU units charged to pods in it")
+    pods: int
 
 
 class Queue(BaseModel):
-    """A GPUQueue: a team's quota and what it uses."""
+    """A GPUQueue: a team's quota and what it uses, over all pools."""
 
     name: str
-    guaranteed_milli: int | None
-    ceiling_milli: int | None
-    used_milli: int
+    guaranteed_units: float | None
+    ceiling_units: float | None
+    used_units: float
+    running: int
     pending: int
 
 
 class Team(BaseModel):
-    """What one team (queue label or namespace) holds and waits for, observed in the cluster."""
+    """What one team (its queue) holds and waits for, observed in the cluster."""
 
     name: str
-    used_milli: int
-    used_memory_mib: int
+    used_units: float = Field(description="GPU units its pods hold")
+    used_memory_mib: int = Field(description="GPU memory its pods hold, MiB")
     pods: int
     pending: int
 
@@ -99,6 +117,8 @@ class Cluster(BaseModel):
     gpus: int
     gpu_milli_total: int
     gpu_milli_used: int
+    capacity_units: float = Field(description="GPU units of every GPU and MIG slice")
+    allocated_units: float = Field(description="GPU units held by pods")
     idle_gpus: int = Field(description="GPUs that hold no share at all")
     allocated_pods: int
     pending_pods: int
@@ -129,12 +149,23 @@ class CostLine(BaseModel):
     gpu_hours: float
 
 
+class CostBucket(BaseModel):
+    """GPU-hours per team in one stretch of time (a bar of the dashboard's chart)."""
+
+    start: str = Field(description="The bucket's start, RFC 3339")
+    end: str = Field(description="The bucket's end, RFC 3339")
+    gpu_hours: dict[str, float] = Field(description="GPU-hours per team in the bucket")
+
+
 class Cost(BaseModel):
-    """GPU-hours per team."""
+    """GPU-hours per team, in total and over time."""
 
     configured: bool
     note: str
     teams: list[CostLine]
+    buckets: list[CostBucket] = Field(
+        default_factory=list, description="The same hours cut into buckets, oldest first"
+    )
 
 
 class FreeUp(BaseModel):
@@ -156,6 +187,7 @@ class Explanation(BaseModel):
     pending_total: int = Field(description="Pods waiting in all")
     nodes_total: int
     nodes_could_fit: int = Field(
-        description="Nodes that could hold the pod if they were empty (GPU model, count, size)"
+        description="Nodes the scheduler could place the pod on (its pools, GPU model, node "
+        "selector, affinity, tolerations, ready and not cordoned) that could hold it if empty"
     )
     closest: list[FreeUp] = Field(description="The nodes that need the least freed, best first")

@@ -2,7 +2,8 @@
 
 :class:`SnapshotView` serves any :class:`~gpupool.core.snapshot.ClusterSnapshot` with a list of
 pending pods: the example cluster and the demo's simulator. :class:`LiveView` reads a running
-:class:`~gpupool.kube.live.LiveScheduler` (its cache's snapshot, pod records and queue entries).
+:class:`~gpupool.kube.scheduler.live.LiveScheduler` (its cache's snapshot, pod records and queue
+entries).
 
 Neither is read by the request handlers directly: a handler takes :meth:`detached` in the
 owner's event loop (a copy of the snapshot's arrays and of the dicts, milliseconds even for
@@ -10,7 +11,7 @@ thousands of nodes) and computes the answer from that copy in a worker thread. B
 answer for a 1,000-node cluster takes hundreds of milliseconds (bench/api_view.py); done in the
 scheduler's loop, every dashboard refresh would stop scheduling for that long. The copy is never
 written, and nothing is written to the scheduler's state: pending pods' requests are translated
-with :func:`~gpupool.kube.translate.pod_spec` rather than through the state's spec cache.
+with :func:`~gpupool.kube.objects.translate.pod_spec` rather than through the state's spec cache.
 """
 
 from __future__ import annotations
@@ -19,13 +20,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpupool.api.model import Pool, Queue
-from gpupool.api.view import PodInfo, Waiting, team_of
+from gpupool.api.view import PodInfo, Waiting, pools_of, queues_of, team_of
 from gpupool.core.model import PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
-from gpupool.kube.live import LiveScheduler, _pod_order
-from gpupool.kube.records import PodRecord
-from gpupool.kube.translate import InvalidObjectError, pod_spec
-from gpupool.kube.vocabulary import LABEL_QUEUE
+from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.objects.translate import InvalidObjectError, pod_spec
+from gpupool.kube.objects.vocabulary import LABEL_QUEUE
+from gpupool.kube.policy.book import workload_of
+from gpupool.kube.policy.status import pending_queue_indexes
+from gpupool.kube.scheduler.intake import pod_order
+from gpupool.kube.scheduler.live import LiveScheduler
+from gpupool.policy.cluster import ClusterPolicy
+from gpupool.policy.membership import pod_queue
+from gpupool.policy.spec import QueueSpec
+from gpupool.policy.usage import pool_usage, queue_usage
+from gpupool.policy.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -39,10 +48,15 @@ class DetachedView:
     pending: Callable[[], list[Waiting]]
     pool_list: Sequence[Pool] = ()
     queue_list: Sequence[Queue] = ()
+    compiled: ClusterPolicy | None = None
 
     def snapshot(self) -> ClusterSnapshot | None:
         """The copied snapshot."""
         return self.cluster
+
+    def policy(self) -> ClusterPolicy | None:
+        """The compiled pools and queues (never changed once compiled, so shared, not copied)."""
+        return self.compiled
 
     def pod_info(self, pod_id: str) -> PodInfo:
         """Who the pod is, from the copied records."""
@@ -82,6 +96,8 @@ class SnapshotView:
         source: What to report as the source.
         pool_list: GPUPools to report.
         queue_list: GPUQueues to report.
+        workloads: The pending pods as the engine sees them, by snapshot name.
+        compiled: The pools and queues compiled for the snapshot's nodes.
     """
 
     cluster: ClusterSnapshot | None
@@ -91,10 +107,16 @@ class SnapshotView:
     source: str = "snapshot"
     pool_list: Sequence[Pool] = ()
     queue_list: Sequence[Queue] = ()
+    workloads: Mapping[str, Workload] = field(default_factory=dict)
+    compiled: ClusterPolicy | None = None
 
     def snapshot(self) -> ClusterSnapshot | None:
         """The snapshot."""
         return self.cluster
+
+    def policy(self) -> ClusterPolicy | None:
+        """As given."""
+        return self.compiled
 
     def pod_info(self, pod_id: str) -> PodInfo:
         """From ``info``, or ``namespace/name`` with the namespace as team."""
@@ -106,7 +128,7 @@ class SnapshotView:
 
     def waiting(self) -> list[Waiting]:
         """The pending pods as given."""
-        return [Waiting(spec, self.pod_info(spec.name), why) for spec, why in self.waiting_pods]
+        return _given(self.waiting_pods, self.pod_info, self.workloads)
 
     def pools(self) -> list[Pool]:
         """As given."""
@@ -120,52 +142,83 @@ class SnapshotView:
         """A copy of the snapshot and of the lists."""
         info = dict(self.info)
         waiting = list(self.waiting_pods)
+        workloads = dict(self.workloads)
 
         def who(pod_id: str) -> PodInfo:
             return info.get(pod_id) or PodInfo(key=pod_id, team=team_of(pod_id))
-
-        def pending() -> list[Waiting]:
-            return [Waiting(spec, who(spec.name), why) for spec, why in waiting]
 
         return DetachedView(
             self.source,
             self.cluster.copy() if self.cluster is not None else None,
             who,
             dict(self.uuids),
-            pending,
+            lambda: _given(waiting, who, workloads),
             tuple(self.pool_list),
             tuple(self.queue_list),
+            self.compiled,
         )
 
 
-def _info(pod: PodRecord) -> PodInfo:
+Team = Callable[[PodRecord], str]
+"""A pod's team: the queue it is charged to."""
+
+
+def charged_queue(queues: Sequence[QueueSpec]) -> Team:
+    """A pod's team by the scheduler's rule (:func:`gpupool.policy.membership.pod_queue`)."""
+
+    def team(pod: PodRecord) -> str:
+        meta = pod.metadata
+        return pod_queue(queues, meta.namespace, meta.labels.get(LABEL_QUEUE, ""))
+
+    return team
+
+
+def _given(
+    waiting: Sequence[tuple[PodSpec, str]],
+    who: Callable[[str], PodInfo],
+    workloads: Mapping[str, Workload],
+) -> list[Waiting]:
+    return [
+        Waiting(spec, who(spec.name), why, workload=workloads.get(spec.name))
+        for spec, why in waiting
+    ]
+
+
+def _info(pod: PodRecord, team: Team) -> PodInfo:
     meta = pod.metadata
     return PodInfo(
-        key=f"{meta.namespace}/{meta.name}",
-        team=meta.labels.get(LABEL_QUEUE) or meta.namespace,
-        since=meta.creation_timestamp,
+        key=f"{meta.namespace}/{meta.name}", team=team(pod), since=meta.creation_timestamp
     )
 
 
 def _waiting(
-    pods: Mapping[str, PodRecord], entries: Mapping[str, tuple[str, int]]
+    pods: Mapping[str, PodRecord],
+    entries: Mapping[str, tuple[str, int]],
+    team: Team,
+    queues: Sequence[QueueSpec],
 ) -> list[Waiting]:
-    """Pending pods in the scheduler's order, from records and (reason, attempts) per uid."""
+    """Pending pods in the scheduler's order, from records and (reason, attempts) per uid.
+
+    ``queues`` decide each pod's class as the scheduler decides it, so the API never shows a
+    class the pod's queue does not allow.
+    """
     result = []
-    for pod in sorted((pods[uid] for uid in entries if uid in pods), key=_pod_order):
-        try:
-            spec: PodSpec | None = pod_spec(pod)
-        except InvalidObjectError:
-            spec = None
+    for pod in sorted((pods[uid] for uid in entries if uid in pods), key=pod_order):
         reason, attempts = entries[pod.metadata.uid]
-        result.append(Waiting(spec, _info(pod), reason, attempts))
+        try:
+            spec = pod_spec(pod)
+        except InvalidObjectError:
+            result.append(Waiting(None, _info(pod, team), reason, attempts))
+            continue
+        workload = workload_of(pod, spec, queues)
+        result.append(Waiting(spec, _info(pod, team), reason, attempts, workload))
     return result
 
 
-def _who(pods: Mapping[str, PodRecord]) -> Callable[[str], PodInfo]:
+def _who(pods: Mapping[str, PodRecord], team: Team) -> Callable[[str], PodInfo]:
     def who(pod_id: str) -> PodInfo:
         pod = pods.get(pod_id)
-        return _info(pod) if pod is not None else PodInfo(key=pod_id, team="unknown")
+        return _info(pod, team) if pod is not None else PodInfo(key=pod_id, team="unknown")
 
     return who
 
@@ -185,9 +238,12 @@ class LiveView:
         """The leader's snapshot; None on a standby."""
         return self.scheduler.state.snapshot
 
+    def _team(self) -> Team:
+        return charged_queue(self.scheduler.policies.config.queues)
+
     def pod_info(self, pod_id: str) -> PodInfo:
         """From the pod's record (uid ``pod_id``)."""
-        return _who(self.scheduler.state.pods)(pod_id)
+        return _who(self.scheduler.state.pods, self._team())(pod_id)
 
     def gpu_uuids(self, node: str) -> Sequence[str]:
         """From the node's ``gpupool.io/gpu-uuids`` annotation."""
@@ -195,7 +251,12 @@ class LiveView:
 
     def waiting(self) -> list[Waiting]:
         """The pending pods of this scheduler with the queue's reasons."""
-        return _waiting(self.scheduler.state.pods, self._entries())
+        queues = self.scheduler.policies.config.queues
+        return _waiting(self.scheduler.state.pods, self._entries(), charged_queue(queues), queues)
+
+    def policy(self) -> ClusterPolicy | None:
+        """The leader's compiled pools and queues (for its current snapshot)."""
+        return self.scheduler.book.policy if self.scheduler.state.snapshot is not None else None
 
     def _entries(self) -> dict[str, tuple[str, int]]:
         entries = self.scheduler.queue.entries
@@ -206,12 +267,19 @@ class LiveView:
         return result
 
     def pools(self) -> list[Pool]:
-        """None yet: GPUPool objects are not read by the scheduler."""
-        return []
+        """The pools with what the leader's ledger charges in them (none on a standby)."""
+        book = self.scheduler.book
+        if book.policy is None or not self.scheduler.leading:
+            return []
+        return pools_of(pool_usage(book.policy, book.ledger, book.running.values()))
 
     def queues(self) -> list[Queue]:
-        """None yet: GPUQueue objects are not read by the scheduler."""
-        return []
+        """The queues with their quotas and use, from the leader's ledger (none on a standby)."""
+        book, state = self.scheduler.book, self.scheduler.state
+        if book.policy is None or not self.scheduler.leading:
+            return []
+        waiting = pending_queue_indexes(book, state.pods, state.pending)
+        return queues_of(queue_usage(book.policy, book.ledger, waiting))
 
     def detached(self) -> DetachedView:
         """Copies of the snapshot, records, queue entries and UUIDs (call in the loop).
@@ -221,10 +289,15 @@ class LiveView:
         state = self.scheduler.state
         pods = dict(state.pods)
         entries = self._entries()
+        queues = self.scheduler.policies.config.queues
+        team = charged_queue(queues)
         return DetachedView(
             self.source,
             state.snapshot.copy() if state.snapshot is not None else None,
-            _who(pods),
+            _who(pods, team),
             dict(state.uuids),
-            lambda: _waiting(pods, entries),
+            lambda: _waiting(pods, entries, team, queues),
+            tuple(self.pools()),
+            tuple(self.queues()),
+            compiled=self.policy(),
         )

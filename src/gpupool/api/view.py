@@ -16,10 +16,31 @@ from typing import Protocol
 
 import numpy as np
 
-from gpupool.api.model import Cluster, Gpu, Node, PendingPod, Pool, Queue, Share, Team
+from gpupool.api.model import (
+    Cluster,
+    Gpu,
+    MigSlice,
+    Node,
+    PendingPod,
+    Pool,
+    Queue,
+    Share,
+    Team,
+)
 from gpupool.core.model import MILLI_PER_GPU, PodSpec, RequestKind
 from gpupool.core.snapshot import ClusterSnapshot
-from gpupool.kube.metrics import pending_reason
+from gpupool.kube.controlplane.metrics import pending_reason
+from gpupool.policy.cluster import ClusterPolicy
+from gpupool.policy.spec import DEFAULT_POOL
+from gpupool.policy.units import (
+    MILLI_UNITS,
+    mig_milli_units,
+    milli_units,
+    node_milli_units,
+    pod_size,
+)
+from gpupool.policy.usage import PoolUsage, QueueUsage
+from gpupool.policy.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +49,8 @@ class PodInfo:
 
     Attributes:
         key: ``namespace/name``.
-        team: Its queue (``gpupool.io/queue``) or namespace.
+        team: The queue it is charged to (:func:`gpupool.policy.membership.pod_queue`), or
+            its namespace where no policy is known.
         since: Creation time (RFC 3339), if known.
     """
 
@@ -46,12 +68,16 @@ class Waiting:
         info: Who it is.
         reason: The scheduler's last message ("" when not tried yet).
         attempts: Scheduling attempts so far.
+        workload: The pod as the policy engine sees it (namespace, queue, class, pool wish), so
+            ``explain`` can route it as the engine does; None when the view knows only the
+            request.
     """
 
     spec: PodSpec | None
     info: PodInfo
     reason: str
     attempts: int = 0
+    workload: Workload | None = None
 
 
 class ClusterView(Protocol):
@@ -80,6 +106,14 @@ class ClusterView(Protocol):
 
     def pools(self) -> list[Pool]:
         """GPUPools (empty until pools are configured)."""
+        ...
+
+    def policy(self) -> ClusterPolicy | None:
+        """The pools and queues the scheduler filters by, compiled for the snapshot's nodes.
+
+        None when nothing is compiled (no snapshot, or a view of a bare snapshot): every node
+        is then in the default pool.
+        """
         ...
 
     def queues(self) -> list[Queue]:
@@ -128,6 +162,7 @@ def nodes(view: ClusterView) -> list[Node]:
             )
     cpu_free = snapshot.cpu_free.tolist()
     node_memory_free = snapshot.memory_free.tolist()
+    slices = _mig_slices(view, snapshot)
     result = []
     for row, spec in enumerate(snapshot.nodes):
         uuids = view.gpu_uuids(spec.name)
@@ -155,12 +190,42 @@ def nodes(view: ClusterView) -> list[Node]:
                 name=spec.name,
                 gpu_model=spec.gpu_model,
                 gpus=gpus,
+                mig=slices.get(row, []),
                 cpu_milli=spec.cpu_milli,
                 cpu_free_milli=cpu_free[row],
                 memory_mib=spec.memory_mib,
                 memory_free_mib=node_memory_free[row],
                 pods=len(snapshot.pods_on_node[row]),
             )
+        )
+    return result
+
+
+def _mig_slices(view: ClusterView, snapshot: ClusterSnapshot) -> dict[int, list[MigSlice]]:
+    """Per node row, its MIG slices by profile, the held ones first with their holders.
+
+    The snapshot counts slices per profile, not which instance a pod got, so a node's held
+    slices of a profile are drawn first, in pod order.
+    """
+    holders: dict[tuple[int, str], list[PodInfo]] = {}
+    for pod_id, allocation in sorted(snapshot.allocations.items()):
+        if allocation.pod.kind is RequestKind.MIG:
+            key = (allocation.node, allocation.pod.mig_profile)
+            holders.setdefault(key, []).append(view.pod_info(pod_id))
+    result: dict[int, list[MigSlice]] = {}
+    for row, profile_column in zip(*np.nonzero(snapshot.mig_capacity), strict=True):
+        profile = snapshot.mig_profiles[int(profile_column)]
+        units = mig_milli_units(profile) / MILLI_UNITS
+        held = holders.get((int(row), profile), [])
+        count = int(snapshot.mig_capacity[row, profile_column])
+        result.setdefault(int(row), []).extend(
+            MigSlice.model_construct(
+                profile=profile,
+                units=units,
+                pod=held[i].key if i < len(held) else None,
+                team=held[i].team if i < len(held) else None,
+            )
+            for i in range(count)
         )
     return result
 
@@ -177,6 +242,7 @@ def pending(view: ClusterView) -> list[PendingPod]:
                 gpu_count=spec.gpu_count if spec else 0,
                 gpu_milli=spec.gpu_milli if spec else 0,
                 gpu_memory_mib=spec.gpu_memory_mib if spec else 0,
+                mig_profile=spec.mig_profile if spec else "",
                 kind=spec.kind.value if spec else "none",
                 reason=waiting.reason,
                 category=pending_reason(waiting.reason),
@@ -194,7 +260,7 @@ def cluster(view: ClusterView) -> Cluster:
     by_reason = Counter(p.category for p in waiting)
     if snapshot is None:
         gpus = total = used = idle = allocated = 0
-        node_count = 0
+        node_count = capacity = held = 0
     else:
         node_count = snapshot.size
         gpus = snapshot.total_gpus
@@ -202,12 +268,19 @@ def cluster(view: ClusterView) -> Cluster:
         used = int(snapshot.used_gpu_milli)
         idle = int(((snapshot.gpu_free == MILLI_PER_GPU) & snapshot.gpu_exists).sum())
         allocated = len(snapshot.allocations)
+        capacity = sum(node_milli_units(node) for node in snapshot.nodes)
+        held = sum(
+            milli_units(a.pod, snapshot.nodes[a.node].gpu_memory_mib)
+            for a in snapshot.allocations.values()
+        )
     return Cluster(
         source=view.source,
         nodes=node_count,
         gpus=gpus,
         gpu_milli_total=total,
         gpu_milli_used=used,
+        capacity_units=capacity / MILLI_UNITS,
+        allocated_units=held / MILLI_UNITS,
         idle_gpus=idle,
         allocated_pods=allocated,
         pending_pods=len(waiting),
@@ -216,7 +289,7 @@ def cluster(view: ClusterView) -> Cluster:
 
 
 def teams(view: ClusterView) -> list[Team]:
-    """Per team: GPU share held, pods, pending pods."""
+    """Per team: GPU units and memory held (as the quota and the bill count them), pods, pending."""
     used: Counter[str] = Counter()
     memory: Counter[str] = Counter()
     pods: Counter[str] = Counter()
@@ -224,26 +297,54 @@ def teams(view: ClusterView) -> list[Team]:
     if snapshot is not None:
         for pod_id, allocation in snapshot.allocations.items():
             team = view.pod_info(pod_id).team
-            spec = allocation.pod
-            used[team] += spec.total_gpu_milli
-            per_gpu = spec.gpu_memory_mib
-            if spec.kind is RequestKind.WHOLE:
-                per_gpu = int(
-                    np.sum(snapshot.gpu_memory_capacity[allocation.node, list(allocation.gpus)])
-                )
-                memory[team] += per_gpu
-            else:
-                memory[team] += per_gpu * spec.gpu_count
+            size = pod_size(allocation.pod, snapshot.nodes[allocation.node].gpu_memory_mib)
+            used[team] += size.milli
+            memory[team] += round(size.memory_gib * 1024)
             pods[team] += 1
     waiting = Counter(w.info.team for w in view.waiting())
     names = sorted(set(pods) | set(waiting))
     return [
         Team(
             name=name,
-            used_milli=used[name],
+            used_units=used[name] / MILLI_UNITS,
             used_memory_mib=memory[name],
             pods=pods[name],
             pending=waiting[name],
         )
         for name in names
+    ]
+
+
+def pools_of(usages: Sequence[PoolUsage]) -> list[Pool]:
+    """The API's pools: every GPUPool, and the default pool when it has nodes."""
+    return [
+        Pool(
+            name=use.name,
+            mode=use.mode,
+            nodes=use.nodes,
+            capacity_units=use.capacity_milli / MILLI_UNITS,
+            allocated_units=use.allocated_milli / MILLI_UNITS,
+            pods=use.pods,
+        )
+        for use in usages
+        if use.nodes or use.name != DEFAULT_POOL
+    ]
+
+
+def queues_of(usages: Sequence[QueueUsage]) -> list[Queue]:
+    """The API's queues, the default queue included."""
+
+    def units(milli: int | None) -> float | None:
+        return None if milli is None else milli / MILLI_UNITS
+
+    return [
+        Queue(
+            name=use.name,
+            guaranteed_units=units(use.guaranteed_milli),
+            ceiling_units=units(use.ceiling_milli),
+            used_units=use.used_milli / MILLI_UNITS,
+            running=use.running,
+            pending=use.pending,
+        )
+        for use in usages
     ]

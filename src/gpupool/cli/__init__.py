@@ -17,11 +17,11 @@ import typer
 
 from gpupool.cli.agent import agent
 from gpupool.cli.audit import audit
-from gpupool.cli.bench_live import bench_live
-from gpupool.cli.controlplane import control_plane, install_crds
+from gpupool.cli.controlplane import control_plane
 from gpupool.cli.db import db_app
 from gpupool.cli.devcluster import devcluster_app
-from gpupool.cli.face import ServerOption, TokenOption, report_teams, status, top
+from gpupool.cli.face import CaOption, ServerOption, TokenOption, report_teams, status, top
+from gpupool.cli.install_crds import install_crds
 from gpupool.cli.options import SeedsError, fail, parse_seeds
 from gpupool.cli.report import report_app
 from gpupool.cli.sim_dynamic import sim_app
@@ -42,7 +42,6 @@ app.command("control-plane")(control_plane)
 app.command("install-crds")(install_crds)
 app.add_typer(devcluster_app, name="dev-cluster")
 app.add_typer(webhook_app, name="webhook")
-bench_app.command("live")(bench_live)
 app.command("agent")(agent)
 app.command("audit")(audit)
 app.add_typer(report_app, name="report")
@@ -85,10 +84,10 @@ def bench_placement(
     ] = True,
 ) -> None:
     """Replay an openb trace with the published protocol and report unallocated GPUs."""
-    from gpupool.bench.machine import usable_cores
-    from gpupool.bench.placement import PlacementJob, placement_report, run_seeds
     from gpupool.cli.progress import seed_progress
     from gpupool.scheduling.registry import policy_names
+    from gpupool.sim.machine import usable_cores
+    from gpupool.sim.sweep import PlacementJob, placement_report, run_seeds
 
     if policy not in policy_names():
         raise fail(
@@ -127,7 +126,7 @@ def bench_placement(
         json_out.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
         typer.echo(f"wrote {json_out}", err=True)
     if plot is not None:
-        from gpupool.bench.plot import plot_unallocated
+        from gpupool.sim.plot import plot_unallocated
 
         plot_unallocated(
             {report["policy"]: report["curves"]["unallocated_pct"]},
@@ -251,6 +250,7 @@ def explain(
     ] = "default",
     server: ServerOption = "",
     token: TokenOption = "",
+    ca_file: CaOption = "",
     at_percent: Annotated[
         float, typer.Option(help="Without POD: arrived load to replay to first.")
     ] = 60.0,
@@ -269,7 +269,7 @@ def explain(
     from gpupool.cli.face import explain_pod
 
     if pod is not None:
-        explain_pod(pod, namespace, server, token)
+        explain_pod(pod, namespace, server, token, ca_file)
         return
 
     if not 0 <= at_percent <= 130:

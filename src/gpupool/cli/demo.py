@@ -32,8 +32,9 @@ def summary_table(summary: Summary) -> Table:
     """The terminal's picture of the demo cluster."""
     table = Table(
         title=(
-            f"t={_clock(summary.now)} simulated | {summary.allocated_units:.1f}/{summary.gpus} "
-            f"GPU units allocated | {summary.running} running, {summary.pending} pending, "
+            f"t={_clock(summary.now)} simulated | {summary.allocated_units:.1f} of "
+            f"{summary.capacity_units:.1f} GPU units allocated | {summary.running} running, "
+            f"{summary.pending} pending, "
             f"{summary.completed} done, {summary.preemptions} preempted, "
             f"{summary.reclaims} idle reclaimed"
         ),

@@ -39,6 +39,15 @@ def up(
             help="Also run kube-scheduler for pods of the default scheduler.",
         ),
     ] = True,
+    real_node: Annotated[
+        bool,
+        typer.Option(
+            "--real-node/--no-real-node",
+            help="Also join a real node: containerd, runc and the real kubelet (needs root and "
+            "scripts/build-kubelet.sh, build-containerd.sh, build-images.sh).",
+        ),
+    ] = False,
+    real_node_name: Annotated[str, typer.Option(help="The real node's name.")] = "real-node",
 ) -> None:
     """Start etcd, kube-apiserver and kwok with fake GPU nodes; Ctrl-C stops them all."""
     try:
@@ -55,6 +64,7 @@ def up(
         gpu_memory_mib=gpu_memory_mib,
         folder=directory.resolve() if directory is not None else None,
         kube_scheduler=kube_scheduler,
+        real_node=real_node_name if real_node else None,
     )
     try:
         config.validate()
@@ -63,6 +73,7 @@ def up(
 
     from gpupool.devcluster.binaries import MissingBinariesError
     from gpupool.devcluster.processes import StartError
+    from gpupool.devcluster.realnode import RealNodeError
     from gpupool.devcluster.session import ChildExitedError, run_session
 
     def say(text: str) -> None:
@@ -70,7 +81,7 @@ def up(
 
     try:
         reason = run_session(config, say)
-    except MissingBinariesError as exc:
+    except (MissingBinariesError, RealNodeError) as exc:
         raise fail(str(exc)) from None
     except (StartError, ChildExitedError, TimeoutError) as exc:
         typer.echo(f"error: {exc}", err=True)

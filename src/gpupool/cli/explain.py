@@ -2,7 +2,8 @@
 
 It replays the default trace up to a given arrived load with gpupool's policy, then scores the
 next arriving pod on every feasible node and prints the best candidates with the terms behind
-each score (fragmentation before and after, FGD score, tie-break bonus, node rank).
+each score (fragmentation before and after, the growth of what a share's GPU is expected to
+keep for good, the score, tie-break bonus, node rank).
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def run_explain(
     order = np.lexsort((ranks[candidates], -scores[candidates]))[:top]
     table = Table(title=f"Best {len(order)} nodes for {pod.name} (policy: default)")
     table.add_column("node", no_wrap=True)
-    for column in ("frag before", "frag after", "FGD score", "tie-break", "total", "rank",
-                   "GPUs"):  # fmt: skip
+    for column in ("frag before", "frag after", "kept +", "score", "tie-break", "total",
+                   "rank", "GPUs"):  # fmt: skip
         table.add_column(column, justify="right")
     for node in candidates[order]:
         why = policy.explain(snapshot, pod, int(node))
@@ -63,6 +64,7 @@ def run_explain(
             why.node,
             f"{why.fragmentation_before:.3f}",
             f"{why.fragmentation_after:.3f}",
+            f"{why.leftover_change:+.3f}",
             f"{why.fgd_score:.0f}",
             f"+{why.tie_break[0]:.3f}",
             f"{why.total:.3f}",
@@ -72,6 +74,8 @@ def run_explain(
     console.print(table)
     best = policy.explain(snapshot, pod, int(candidates[order[0]]))
     console.print(
-        f"Fragmentation is in GPUs expected to be stranded for the learned workload; the "
+        "Fragmentation is in GPUs expected to be stranded for the learned workload (CPU and "
+        "memory aware); 'kept +' is how much more of a share's GPU is expected to stay free "
+        "for good (weighted); score = trunc(100 sigmoid(before - after - kept +)); the "
         f"tie-break rewards: {best.tie_break[1]}. Equal totals go to the lower rank."
     )

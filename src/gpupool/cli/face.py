@@ -26,13 +26,25 @@ ServerOption = Annotated[
     ),
 ]
 TokenOption = Annotated[
-    str, typer.Option(help="Bearer token (default: $GPUPOOL_TOKEN; none needed on loopback).")
+    str,
+    typer.Option(
+        help="Bearer token for audience gpupool.io/api (default: $GPUPOOL_TOKEN; e.g. "
+        "kubectl create token ACCOUNT --audience gpupool.io/api)."
+    ),
+]
+CaOption = Annotated[
+    str,
+    typer.Option(
+        "--ca-file",
+        help="PEM CA that signed the API's certificate (default: $GPUPOOL_CA_FILE, or the "
+        "system's CAs).",
+    ),
 ]
 
 
-def _client(server: str, token: str) -> ApiClient:
+def _client(server: str, token: str, ca_file: str) -> ApiClient:
     try:
-        return ApiClient.from_options(server, token)
+        return ApiClient.from_options(server, token, ca_file)
     except ApiClientError as error:
         raise fail(str(error)) from None
 
@@ -44,13 +56,13 @@ def _get(client: ApiClient, path: str) -> Any:
         raise fail(str(error)) from None
 
 
-def _gpus(milli: int) -> str:
-    return f"{milli / 1000:.2f}"
+def _gpus(units: float) -> str:
+    return f"{units:.2f}"
 
 
-def status(server: ServerOption = "", token: TokenOption = "") -> None:
+def status(server: ServerOption = "", token: TokenOption = "", ca_file: CaOption = "") -> None:
     """Cluster summary: nodes, GPUs, what is allocated, pending pods by reason."""
-    client = _client(server, token)
+    client = _client(server, token, ca_file)
     cluster = _get(client, "/api/v1/cluster")
     teams = _get(client, "/api/v1/teams")
     summary = Table(title=f"gpupool ({cluster['source']})", show_header=False)
@@ -58,19 +70,22 @@ def status(server: ServerOption = "", token: TokenOption = "") -> None:
     summary.add_column("value", justify="right")
     summary.add_row("nodes", str(cluster["nodes"]))
     summary.add_row("GPUs", str(cluster["gpus"]))
-    summary.add_row("GPUs allocated", f"{_gpus(cluster['gpu_milli_used'])} of {cluster['gpus']}")
+    summary.add_row(
+        "GPU units allocated",
+        f"{_gpus(cluster['allocated_units'])} of {_gpus(cluster['capacity_units'])}",
+    )
     summary.add_row("idle GPUs", str(cluster["idle_gpus"]))
     summary.add_row("pods placed", str(cluster["allocated_pods"]))
     summary.add_row("pods pending", str(cluster["pending_pods"]))
     for reason, count in cluster["pending_by_reason"].items():
         summary.add_row(f"  pending: {reason}", str(count))
     by_team = Table(title="teams")
-    for column in ("team", "GPUs held", "GPU memory (GiB)", "pods", "pending"):
+    for column in ("team", "GPU units held", "GPU memory (GiB)", "pods", "pending"):
         by_team.add_column(column, justify="left" if column == "team" else "right")
     for team in teams:
         by_team.add_row(
             team["name"],
-            _gpus(team["used_milli"]),
+            _gpus(team["used_units"]),
             f"{team['used_memory_mib'] / 1024:.1f}",
             str(team["pods"]),
             str(team["pending"]),
@@ -78,14 +93,14 @@ def status(server: ServerOption = "", token: TokenOption = "") -> None:
     Console().print(Group(summary, by_team))
 
 
-def explain_pod(pod: str, namespace: str, server: str, token: str) -> None:
+def explain_pod(pod: str, namespace: str, server: str, token: str, ca_file: str) -> None:
     """Why ``pod`` is pending: reason, queue position, what would have to free up."""
     namespace_part, sep, name = pod.partition("/")
     if not sep:
         namespace_part, name = namespace, pod
     if not namespace_part or not name:
         raise fail(f"POD: {pod!r} is not NAME or NAMESPACE/NAME")
-    client = _client(server, token)
+    client = _client(server, token, ca_file)
     path = "/api/v1/pending/" + "/".join(quote(part, safe="") for part in (namespace_part, name))
     answer = _get(client, path)
     pending = answer["pending"]
@@ -102,8 +117,8 @@ def explain_pod(pod: str, namespace: str, server: str, token: str) -> None:
         f"{pending['attempts']} attempt(s)"
     )
     console.print(
-        f"  nodes that could hold it when empty: {answer['nodes_could_fit']} of "
-        f"{answer['nodes_total']}"
+        f"  nodes of its pools it may use that could hold it when empty: "
+        f"{answer['nodes_could_fit']} of {answer['nodes_total']}"
     )
     if not answer["closest"]:
         console.print("  no node can ever hold it as asked: change the request")
@@ -158,13 +173,14 @@ def _top_table(nodes: list[dict[str, Any]], source: str) -> Table:
 def top(
     server: ServerOption = "",
     token: TokenOption = "",
+    ca_file: CaOption = "",
     once: Annotated[bool, typer.Option(help="Print one frame and exit.")] = False,
     interval: Annotated[float, typer.Option(help="Seconds between refreshes.")] = 2.0,
 ) -> None:
     """Per-GPU use, refreshed live (Ctrl-C to stop)."""
     if interval <= 0:
         raise fail("--interval: must be > 0")
-    client = _client(server, token)
+    client = _client(server, token, ca_file)
 
     def frame() -> Table:
         source = _get(client, "/api/v1/cluster")["source"]
@@ -185,9 +201,11 @@ def top(
             return
 
 
-def report_teams(server: ServerOption = "", token: TokenOption = "") -> None:
+def report_teams(
+    server: ServerOption = "", token: TokenOption = "", ca_file: CaOption = ""
+) -> None:
     """GPU-hours per team (from the store), and what each team holds now, from the REST API."""
-    client = _client(server, token)
+    client = _client(server, token, ca_file)
     cost = _get(client, "/api/v1/cost")
     console = Console()
     if cost["configured"]:
@@ -201,7 +219,7 @@ def report_teams(server: ServerOption = "", token: TokenOption = "") -> None:
         console.print(f"cost: {cost['note']}", markup=False)
     now = Table(title="held now")
     now.add_column("team")
-    now.add_column("GPUs", justify="right")
+    now.add_column("GPU units", justify="right")
     for team in _get(client, "/api/v1/teams"):
-        now.add_row(team["name"], _gpus(team["used_milli"]))
+        now.add_row(team["name"], _gpus(team["used_units"]))
     console.print(now)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Annotated
+
 import typer
 
 MAX_SEEDS = 1000
@@ -42,3 +45,20 @@ def fail(message: str) -> typer.Exit:
     """Print ``error: message`` (which names the option) and return the exit to raise."""
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code=2)
+
+
+LogLevel = Annotated[str, typer.Option(help="debug, info, warning or error.")]
+"""The ``--log-level`` option of the long-running commands."""
+
+
+def log_level_of(name: str) -> int:
+    """The logging level ``--log-level`` names."""
+    level = logging.getLevelNamesMapping().get(name.upper())
+    if level is None:
+        raise fail(f"--log-level: unknown level {name!r}")
+    return level
+
+
+def start_logging(level: int) -> None:
+    """Log at ``level`` (:func:`log_level_of`), with times, to stderr."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

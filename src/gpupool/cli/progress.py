@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpupool.bench.placement import ProgressSink
+from gpupool.sim.sweep import ProgressSink
 
 
 @contextmanager

@@ -14,8 +14,31 @@ from typing import Annotated, Any
 import typer
 
 from gpupool.cli.options import fail
+from gpupool.core.constraints import NodeConstraints
+from gpupool.scheduling.backfill import DEFAULT_RESERVATIONS
 
 sim_app = typer.Typer(help="Simulations of the cluster under a workload.", no_args_is_help=True)
+
+Reservations = Annotated[
+    int, typer.Option(help="Blocked pods per pool holding a backfill reservation (1: EASY).")
+]
+FollowReservations = Annotated[
+    bool, typer.Option(help="A reservation whose start passed stays with its waiting pod.")
+]
+ReserveAboveUnits = Annotated[
+    int | None,
+    typer.Option(
+        help="Only blocked pods asking for more milli-units (1000: one GPU) hold a reservation "
+        "(default: every blocked pod may)."
+    ),
+]
+TeamNodeSelector = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="TEAM=KEY=VALUE: every pod of TEAM carries this node selector (repeat for more "
+        "labels or teams); nodes carry gpupool.io/gpu-model and sim.gpupool.io/group."
+    ),
+]
 
 
 @sim_app.command("dynamic")
@@ -28,6 +51,9 @@ def sim_dynamic(
     warmup: Annotated[float, typer.Option(help="Hours left out of the metrics.")] = 3.0,
     seed: Annotated[int, typer.Option(help="Seed of every draw.")] = 42,
     no_backfill: Annotated[bool, typer.Option("--no-backfill", help="Strict order.")] = False,
+    reservations: Reservations = DEFAULT_RESERVATIONS,
+    follow_reservations: FollowReservations = False,
+    reserve_above_units: ReserveAboveUnits = None,
     no_preemption: Annotated[
         bool, typer.Option("--no-preemption", help="No preemption or reclaim.")
     ] = False,
@@ -48,11 +74,13 @@ def sim_dynamic(
         bool,
         typer.Option(help="Apply the governance rules (with --idle-share/--overrun-share)."),
     ] = True,
+    team_node_selector: TeamNodeSelector = None,
 ) -> None:
     """Poisson arrivals at --load, trace shapes, lognormal durations, pools and team queues."""
     from gpupool.policy.config import PolicyConfigError
     from gpupool.scheduling.registry import policy_names
     from gpupool.sim.dynamic import DynamicSettings, run_dynamic
+    from gpupool.sim.governance_model import GovernanceModel
     from gpupool.sim.policy_file import load_policy
     from gpupool.sim.trace import TraceFormatError, read_nodes, read_pods
 
@@ -65,8 +93,6 @@ def sim_dynamic(
         raise fail(
             f"--policy: unknown policy {policy!r}; choose one of {', '.join(policy_names())}"
         )
-    from gpupool.sim.governance_model import GovernanceModel
-
     try:
         model = None
         if idle_share or overrun_share:
@@ -76,27 +102,46 @@ def sim_dynamic(
             hours=hours,
             seed=seed,
             backfill=not no_backfill,
+            reservations=reservations,
+            follow=follow_reservations,
+            reserve_above_units=reserve_above_units,
             preemption=not no_preemption,
             warmup_hours=warmup,
             scale=scale,
             policy=policy,
             governance=model,
+            team_constraints=team_selectors(team_node_selector or []),
         )
     except ValueError as error:
-        options = {
-            "rho": "--load",
-            "warmup_hours": "--warmup",
-            "idle_share": "--idle-share",
-            "overrun_share": "--overrun-share",
-        }
-        name, _, message = str(error).partition(": ")
-        raise fail(f"{options.get(name, '--' + name)}: {message}") from None
+        raise fail(_option_error(error)) from None
     try:
         pools_and_queues = load_policy(config)
         node_specs, pod_specs = read_nodes(nodes), read_pods(pods)
     except (PolicyConfigError, TraceFormatError) as error:
         raise fail(str(error)) from None
     report = run_dynamic(node_specs, pod_specs, pools_and_queues, settings)
+    _write(report, json_out, plot)
+
+
+_OPTIONS = {
+    "rho": "--load",
+    "reservations": "--reservations",
+    "reserve_above_units": "--reserve-above-units",
+    "warmup_hours": "--warmup",
+    "idle_share": "--idle-share",
+    "overrun_share": "--overrun-share",
+    "team_node_selector": "--team-node-selector",
+}
+"""Settings whose option has another name."""
+
+
+def _option_error(error: ValueError) -> str:
+    """A settings error (``field: message``) with the option's name in front."""
+    name, _, message = str(error).partition(": ")
+    return f"{_OPTIONS.get(name, '--' + name)}: {message}"
+
+
+def _write(report: dict[str, Any], json_out: Path, plot: Path | None) -> None:
     _print_summary(report)
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
@@ -104,6 +149,22 @@ def sim_dynamic(
     if plot is not None:
         _plot(report, plot)
         typer.echo(f"wrote {plot}", err=True)
+
+
+def team_selectors(options: list[str]) -> tuple[tuple[str, NodeConstraints], ...]:
+    """Per team, the node selector its ``--team-node-selector TEAM=KEY=VALUE`` options name.
+
+    Raises:
+        ValueError: An option is not ``TEAM=KEY=VALUE`` (the message names the option).
+    """
+    selectors: dict[str, dict[str, str]] = {}
+    for option in options:
+        team, _, label = option.partition("=")
+        key, equals, value = label.partition("=")
+        if not (team and key and equals):
+            raise ValueError(f"team_node_selector: expected TEAM=KEY=VALUE, got {option!r}")
+        selectors.setdefault(team, {})[key] = value
+    return tuple((team, NodeConstraints.of(labels)) for team, labels in sorted(selectors.items()))
 
 
 def _print_summary(report: dict[str, Any]) -> None:

@@ -9,13 +9,12 @@ serving.
 from __future__ import annotations
 
 import asyncio
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpupool.cli.options import fail
+from gpupool.cli.options import LogLevel, fail, log_level_of, start_logging
 
 if TYPE_CHECKING:
     from gpupool.webhook.configuration import WebhookTarget
@@ -23,13 +22,6 @@ if TYPE_CHECKING:
 webhook_app = typer.Typer(
     help="The admission webhook: route, label and check pods that ask for gpupool resources."
 )
-
-
-def _log_level(name: str) -> int:
-    level = logging.getLevelNamesMapping().get(name.upper())
-    if level is None:
-        raise fail(f"--log-level: unknown level {name!r}")
-    return level
 
 
 def _existing(option: str, path: Path | None) -> Path:
@@ -64,7 +56,7 @@ def webhook(
             help="Refuse GPU models, MIG profiles and sizes no node has (off with autoscaling).",
         ),
     ] = True,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_level: LogLevel = "info",
 ) -> None:
     """Serve the admission webhook over TLS (or run a subcommand)."""
     if context.invoked_subcommand is not None:
@@ -76,8 +68,8 @@ def webhook(
         raise fail(f"--port: must be 1..65535, got {port}")
     if not scheduler_name:
         raise fail("--scheduler-name: must not be empty")
-    level = _log_level(log_level)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    start_logging(log_level_of(log_level))
+    from gpupool.kube.client.serving_tls import CertificateError
     from gpupool.webhook.admission import AdmissionConfig
     from gpupool.webhook.server import WebhookServerConfig, serve
 
@@ -89,7 +81,11 @@ def webhook(
         port=port,
         admission=AdmissionConfig(scheduler_name, default_class, check_nodes),
     )
-    raise typer.Exit(asyncio.run(serve(config)))
+    try:
+        code = asyncio.run(serve(config))
+    except CertificateError as error:
+        raise fail(str(error)) from None
+    raise typer.Exit(code)
 
 
 @webhook_app.command("install")
@@ -121,7 +117,7 @@ def install(
     scheduler_name: Annotated[str, typer.Option(help="gpupool's schedulerName.")] = "gpupool",
 ) -> None:
     """Create or update the Mutating- and ValidatingWebhookConfiguration (or --print them)."""
-    from gpupool.kube.api import ApiError, KubeAPI
+    from gpupool.kube.client.api import ApiError, KubeAPI
     from gpupool.webhook.configuration import (
         FAILURE_POLICIES,
         install_webhook,

@@ -12,6 +12,13 @@ The checks mirror the FGD simulator's filter (NodeResourcesFit plus Open-Gpu-Sha
 * ``gpu_count`` GPUs each with at least ``gpu_milli`` compute share and ``gpu_memory_mib``
   memory free (so a whole-GPU pod needs fully free GPUs);
 * a MIG pod needs a free slice of its profile.
+
+Checks that do not depend on what runs on a node (:func:`node_checks`: readiness, cordon,
+untolerated taints, the node selector and required affinity) are the same for every pod with
+the same constraints; they are compiled into masks once per distinct constraint set and node
+inventory (cached on the snapshot, bounded) and shared by the filter, :func:`fits_on_node` and
+:func:`admissible` (which adds the GPU model), so the filter, preemption's victim search and
+backfill's reservation cannot disagree about where a pod may go.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpupool.core.constraints import NO_CONSTRAINTS, NodeConstraints
 from gpupool.core.model import PodSpec, RequestKind
 from gpupool.core.snapshot import BoolArray, ClusterSnapshot, IntArray
 
@@ -30,6 +38,14 @@ REASON_CPU = "Insufficient cpu"
 REASON_MEMORY = "Insufficient memory"
 REASON_PODS = "Too many pods"
 REASON_MIG = "Insufficient MIG slices"
+REASON_NOT_READY = "node(s) were not ready"
+REASON_UNSCHEDULABLE = "node(s) were unschedulable"
+REASON_TAINTS = "node(s) had untolerated taint(s)"
+REASON_SELECTOR = "node(s) didn't match Pod's node affinity/selector"
+REASON_UNHEALTHY = "node(s) had room only on unhealthy GPUs"
+MAX_CACHED_CONSTRAINTS = 1024
+"""Distinct constraint sets whose masks a snapshot keeps (a stream of pods with unique selectors
+cannot grow the cache without limit)."""
 
 _ALL = slice(None)
 
@@ -65,17 +81,24 @@ class FilterResult:
 
 
 def eligible_gpus(
-    snapshot: ClusterSnapshot, pod: PodSpec, rows: IntArray | int | slice = _ALL
+    snapshot: ClusterSnapshot,
+    pod: PodSpec,
+    rows: IntArray | int | slice = _ALL,
+    *,
+    healthy_only: bool = True,
 ) -> BoolArray:
     """Per node (of ``rows``) and GPU slot: can this GPU hold one of the pod's per-GPU shares?
 
-    A whole GPU is exclusive: it needs the GPU's compute and memory entirely free, so a
-    memory-only share and a whole-GPU pod can never meet on one device. Once any node has a
+    An unhealthy GPU never can (``snapshot.gpu_usable``; ``healthy_only=False`` asks about room
+    alone, for the pending reason). A whole GPU is exclusive: it needs the GPU's compute and
+    memory entirely free, so a memory-only share and a whole-GPU pod can never meet on one
+    device. Once any node has a
     per-GPU pod limit or overcommit (``snapshot.sharing_limited``), a GPU also needs a free pod
     slot and a whole GPU its full (possibly overcommitted) compute; a snapshot without either
     skips those two comparisons, which keeps the common path as fast as before.
     """
-    ok: BoolArray = snapshot.gpu_exists[rows] & (snapshot.gpu_free[rows] >= pod.gpu_milli)
+    exists = snapshot.gpu_usable if healthy_only else snapshot.gpu_exists
+    ok: BoolArray = exists[rows] & (snapshot.gpu_free[rows] >= pod.gpu_milli)
     if pod.kind is RequestKind.WHOLE:
         ok &= snapshot.gpu_memory_free[rows] == snapshot.gpu_memory_capacity[rows]
         if snapshot.sharing_limited:
@@ -88,20 +111,85 @@ def eligible_gpus(
 
 
 NodeCheck = tuple[str, BoolArray]
-"""A named per-node pass mask computed outside the core (node selector, taints, readiness)."""
+"""A named per-node pass mask: a constraint of the pod or the node, or a rule of the caller."""
+
+
+def mask_of(size: int, checks: tuple[NodeCheck, ...]) -> BoolArray:
+    """The nodes (of ``size``) that every check passes."""
+    mask = np.ones(size, dtype=np.bool_)
+    for _, passed in checks:
+        mask &= passed
+    return mask
+
+
+def node_checks(
+    snapshot: ClusterSnapshot, constraints: NodeConstraints | None
+) -> tuple[NodeCheck, ...]:
+    """The checks no resource decides, for a pod with ``constraints``: only those some node fails.
+
+    Readiness and cordon (every pod), untolerated ``NoSchedule``/``NoExecute`` taints (a pod
+    without tolerations too), the node selector and required affinity. Computed once per
+    distinct constraint set on this node inventory, so a thousand pending pods that share a
+    selector cost one pass over the nodes.
+    """
+    cache = snapshot.constraint_checks
+    checks = cache.get(constraints)  # None (most pods) hashes without a call into Python
+    if checks is None:
+        checks = _compile(snapshot, constraints or NO_CONSTRAINTS)
+        if len(cache) >= MAX_CACHED_CONSTRAINTS:
+            cache.pop(next(iter(cache)))  # the oldest entry: dicts keep insertion order
+        cache[constraints] = checks
+    return checks
+
+
+def _compile(snapshot: ClusterSnapshot, constraints: NodeConstraints) -> tuple[NodeCheck, ...]:
+    nodes = snapshot.nodes
+    masks = (
+        (REASON_NOT_READY, [node.ready for node in nodes]),
+        (REASON_UNSCHEDULABLE, [not node.unschedulable for node in nodes]),
+        (REASON_TAINTS, [constraints.tolerates(node.taints) for node in nodes]),
+        (
+            REASON_SELECTOR,
+            [constraints.selects(dict(node.labels), node.name) for node in nodes]
+            if constraints.node_selector or constraints.affinity is not None
+            else [],
+        ),
+    )
+    checks = []
+    for reason, values in masks:
+        if values and not all(values):
+            mask = np.array(values, dtype=np.bool_)
+            mask.setflags(write=False)
+            checks.append((reason, mask))
+    return tuple(checks)
+
+
+def admissible(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray:
+    """Nodes ``pod`` may use whatever runs on them: :func:`node_checks` and, for GPUs, the model.
+
+    What preemption and backfill restrict their what-ifs to: a node outside it can never take
+    the pod, however much is freed there.
+    """
+    mask = mask_of(snapshot.size, node_checks(snapshot, pod.constraints))
+    if pod.kind is RequestKind.WHOLE or pod.kind is RequestKind.SHARE:
+        mask &= snapshot.model_mask(pod.gpu_models)
+    return mask
 
 
 def fits_on_node(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bool:
     """Whether ``pod`` fits on one node now (every check of :func:`filter_nodes` but one row).
 
     Preemption and backfill ask this many times per decision about single nodes; it costs a
-    few scalar comparisons and one row of :func:`eligible_gpus` instead of a whole-cluster pass.
+    few scalar comparisons, the pod's cached :func:`node_checks` and one row of
+    :func:`eligible_gpus` instead of a whole-cluster pass.
     """
     if (
         snapshot.cpu_free[node] < pod.cpu_milli
         or snapshot.memory_free[node] < pod.memory_mib
         or snapshot.pods_free[node] < 1
     ):
+        return False
+    if not all(passed[node] for _, passed in node_checks(snapshot, pod.constraints)):
         return False
     kind = pod.kind
     if kind is RequestKind.MIG:
@@ -116,16 +204,27 @@ def fits_on_node(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bool:
     return int(eligible_gpus(snapshot, pod, node).sum()) >= pod.gpu_count
 
 
+def _health_checks(
+    snapshot: ClusterSnapshot, pod: PodSpec, fits: BoolArray
+) -> tuple[NodeCheck, NodeCheck]:
+    """Room (as if every GPU were healthy), and health: a pod kept off unhealthy GPUs is told so.
+
+    Without the split, a node whose only free GPU broke would read "Insufficient
+    gpupool.io/gpu" while the map shows a free GPU there.
+    """
+    room = eligible_gpus(snapshot, pod, healthy_only=False).sum(axis=1) >= pod.gpu_count
+    return (REASON_GPU, room), (REASON_UNHEALTHY, fits | ~room)
+
+
 def filter_nodes(
     snapshot: ClusterSnapshot, pod: PodSpec, extra_checks: tuple[NodeCheck, ...] = ()
 ) -> FilterResult:
     """Evaluate every check for ``pod`` on every node of ``snapshot``.
 
-    ``extra_checks`` are masks the caller computed from what the resource model does not hold
-    (a live cluster's node selectors, taints and readiness); they count in the reasons like any
-    other check.
+    ``extra_checks`` are masks of the caller's rules (a pool's nodes, nodes nominated to other
+    pods); they count in the reasons like any other check.
     """
-    checks: list[tuple[str, BoolArray]] = list(extra_checks)
+    checks: list[NodeCheck] = [*extra_checks, *node_checks(snapshot, pod.constraints)]
     kind = pod.kind
     if kind is RequestKind.WHOLE or kind is RequestKind.SHARE:
         model_ok = snapshot.model_mask(pod.gpu_models)
@@ -136,7 +235,10 @@ def filter_nodes(
                 (REASON_GPU_MEMORY, (mem_ok & snapshot.gpu_exists).sum(axis=1) >= pod.gpu_count)
             )
         fits = eligible_gpus(snapshot, pod).sum(axis=1) >= pod.gpu_count
-        checks.append((REASON_GPU, fits))
+        if snapshot.unhealthy_gpus:
+            checks.extend(_health_checks(snapshot, pod, fits))
+        else:
+            checks.append((REASON_GPU, fits))
     elif kind is RequestKind.MIG:
         if pod.mig_profile in snapshot.mig_profiles:
             column = snapshot.mig_profiles.index(pod.mig_profile)

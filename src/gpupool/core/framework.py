@@ -67,20 +67,13 @@ class Scheduler:
         snapshot: ClusterSnapshot,
         pod: PodSpec,
         extra_checks: tuple[NodeCheck, ...] = (),
-        *,
-        retry: bool | None = None,
     ) -> Decision:
         """Decide where ``pod`` goes on ``snapshot``: reads it, teaches the policy nothing.
 
-        ``extra_checks`` are per-node masks from outside the resource model (see
+        ``extra_checks`` are the caller's per-node rules (a pool's nodes, nominations); the
+        pod's own constraints come with its request (see
         :func:`~gpupool.core.filtering.filter_nodes`).
-
-        ``retry`` is deprecated and kept only for the live scheduler until it calls
-        :meth:`observe` itself: passing ``retry=False`` observes the pod first, as before the
-        split; ``retry=True`` or leaving it out does not.
         """
-        if retry is False:
-            self.policy.observe(pod)
         result = filter_nodes(snapshot, pod, extra_checks)
         feasible = np.flatnonzero(result.mask)
         if feasible.size == 0:

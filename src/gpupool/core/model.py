@@ -5,7 +5,9 @@ device, the unit the openb trace and the FGD paper use) and its memory in MiB. A
 four shapes (:class:`RequestKind`): nothing GPU-related, whole GPUs, a fractional share of one or
 more GPUs, or a MIG slice. MIG slices are modelled the way the NVIDIA device plugin's "mixed"
 strategy exposes them to Kubernetes: a node carries a fixed count of pre-partitioned slices per
-profile, and a request takes one slice of a named profile.
+profile, and a request takes one slice of a named profile. Besides room, a pod may require things
+of its node (allowed GPU models, a node selector, affinity, tolerated taints:
+:mod:`gpupool.core.constraints`), and a node may be tainted, not ready or cordoned.
 
 Everything here is an immutable value object; the mutable state of a cluster lives in
 :class:`gpupool.core.snapshot.ClusterSnapshot`. Constructors validate their fields and raise
@@ -16,6 +18,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpupool.core.constraints import NodeConstraints, Taint
 
 MILLI_PER_GPU = 1000
 """Compute share of one whole GPU, in milli-GPU."""
@@ -62,6 +68,12 @@ class NodeSpec:
         max_pods: Most pods the node accepts (the kubelet's ``pods`` capacity).
         mig_slices: Pre-partitioned MIG slices, profile name to count.
         labels: Node labels, for pools and selectors.
+        taints: Node taints (:mod:`gpupool.core.constraints`).
+        ready: Whether the node is ready (its kubelet reports Ready).
+        unschedulable: Whether the node is cordoned (``spec.unschedulable``).
+        unhealthy_gpus: Indexes of GPUs that must take no new pod (a critical XID): they keep
+            their index, so the pods already on them stay held where their records say, but
+            no filter, GPU choice or preemption gives them out again.
     """
 
     name: str
@@ -73,6 +85,10 @@ class NodeSpec:
     max_pods: int = 110
     mig_slices: tuple[tuple[str, int], ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[Taint, ...] = ()
+    ready: bool = True
+    unschedulable: bool = False
+    unhealthy_gpus: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         owner = f"node {self.name!r}"
@@ -84,6 +100,11 @@ class NodeSpec:
             raise InvalidSpecError(owner, "gpu_model", "a node with GPUs needs a model name")
         for profile, count in self.mig_slices:
             _require_non_negative(owner, f"mig_slices[{profile}]", count)
+        for index in self.unhealthy_gpus:
+            if not 0 <= index < self.gpu_count:
+                raise InvalidSpecError(
+                    owner, "unhealthy_gpus", f"no GPU {index} (the node has {self.gpu_count})"
+                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +121,9 @@ class PodSpec:
         gpu_models: Allowed GPU models; empty means any model.
         mig_profile: MIG profile name (``"1g.10gb"``) for a MIG request, else empty.
         workload_class: Workload class label (training, inference, dev, ...), free text.
+        constraints: Node selector, required affinity and tolerations; ``None`` when the pod
+            names none (it is then kept off tainted nodes only). Empty constraints are stored
+            as ``None``, so equal requests compare and cache as one.
     """
 
     name: str
@@ -111,10 +135,13 @@ class PodSpec:
     gpu_models: frozenset[str] = field(default_factory=frozenset)
     mig_profile: str = ""
     workload_class: str = ""
+    constraints: NodeConstraints | None = None
     _kind: RequestKind = field(default=RequestKind.NONE, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._validate()
+        if self.constraints is not None and self.constraints.empty:
+            object.__setattr__(self, "constraints", None)
         # derived once: every filter, score and policy rule asks for it
         object.__setattr__(self, "_kind", self._derive_kind())
 

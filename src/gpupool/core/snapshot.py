@@ -14,6 +14,8 @@ Invariants, enforced here and not by callers:
   overcommit ratio on its node (:meth:`ClusterSnapshot.configure_gpu_sharing`, capped at
   :data:`MAX_OVERCOMMIT`, the GPUPool CRD's limit); a whole GPU always takes all of both, so
   overcommit can never let a share meet an exclusive pod on one device;
+* a GPU the node reports unhealthy (:attr:`NodeSpec.unhealthy_gpus`) is never eligible for a
+  new pod (``gpu_usable``), whatever is free on it;
 * every change bumps the node's generation counter (``node_gen``), which lets policies keep
   per-node caches and refresh only the rows that changed.
 
@@ -26,11 +28,15 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from gpupool.core.model import MILLI_PER_GPU, NodeSpec, PodSpec, RequestKind
+
+if TYPE_CHECKING:
+    from gpupool.core.constraints import NodeConstraints
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -92,6 +98,14 @@ class ClusterSnapshot:
         self.pods_capacity: IntArray = np.array([nd.max_pods for nd in nodes], dtype=np.int64)
         self.gpu_count: IntArray = np.array([nd.gpu_count for nd in nodes], dtype=np.int64)
         self.gpu_exists: BoolArray = np.arange(width)[None, :] < self.gpu_count[:, None]
+        self.gpu_usable: BoolArray = self.gpu_exists.copy()
+        """GPUs new pods may take: those that exist, less the unhealthy ones. Pods already on an
+        unhealthy GPU stay held there (bind checks room, not health), so releasing them never
+        makes the GPU look free, and the ledger keeps charging them until they end."""
+        for row, node in enumerate(nodes):
+            self.gpu_usable[row, list(node.unhealthy_gpus)] = False
+        self.unhealthy_gpus: int = int(self.gpu_exists.sum() - self.gpu_usable.sum())
+        """How many GPUs are unhealthy (0: the filter skips the unhealthy reason)."""
         mem_per_gpu = np.array(
             [nd.gpu_memory_mib or UNKNOWN_GPU_MEMORY for nd in nodes], dtype=np.int64
         )
@@ -124,6 +138,9 @@ class ClusterSnapshot:
         self.allocations: dict[str, Allocation] = {}
         self.pods_on_node: list[set[str]] = [set() for _ in range(n)]
         self._model_masks: dict[frozenset[str], BoolArray] = {}
+        self.constraint_checks: dict[NodeConstraints | None, tuple[tuple[str, BoolArray], ...]] = {}
+        """Per distinct constraint set (None: a pod that names none), the masks of the nodes it
+        rules out (filtering.node_checks)."""
 
     @property
     def size(self) -> int:
@@ -145,26 +162,29 @@ class ClusterSnapshot:
 
     def configure_gpu_sharing(
         self,
-        node: int,
+        node: int | Sequence[int] | IntArray,
         max_pods_per_gpu: int | None = None,
         compute_overcommit: float = 1.0,
         memory_overcommit: float = 1.0,
     ) -> None:
-        """Set how a node's GPUs may be shared (a Shared pool's ``spec.shared``).
+        """Set how nodes' GPUs may be shared (their pool's pods per GPU and overcommit).
 
         Args:
-            node: Row index; the node must hold no pods, so no running share is ever judged
-                against capacity it was not given.
+            node: Row index, or row indexes (a pool's nodes at once: one call per pool keeps a
+                rebuild of thousands of nodes cheap); the nodes must hold no pods, so no running
+                share is ever judged against capacity it was not given.
             max_pods_per_gpu: Most pods on one GPU; ``None`` for no limit.
             compute_overcommit: Compute capacity of each GPU as a multiple of the device.
             memory_overcommit: GPU memory capacity as a multiple of the physical memory.
 
         Raises:
-            AllocationError: The node holds pods, or a value is out of range.
+            AllocationError: A node holds pods, or a value is out of range.
         """
-        if self.pods_on_node[node]:
+        rows = np.atleast_1d(np.asarray(node, dtype=np.int64))
+        busy = next((int(row) for row in rows if self.pods_on_node[int(row)]), None)
+        if busy is not None:
             raise AllocationError(
-                f"node {self.node_names[node]!r}: cannot change GPU sharing while pods run there"
+                f"node {self.node_names[busy]!r}: cannot change GPU sharing while pods run there"
             )
         if max_pods_per_gpu is not None and max_pods_per_gpu < 1:
             raise AllocationError(f"max_pods_per_gpu must be >= 1, got {max_pods_per_gpu}")
@@ -173,36 +193,67 @@ class ClusterSnapshot:
                 raise AllocationError(
                     f"{name} overcommit must be within 1.0..{MAX_OVERCOMMIT}, got {ratio}"
                 )
-        exists = self.gpu_exists[node]
+        exists = self.gpu_exists[rows]
         pods = UNLIMITED_PODS_PER_GPU if max_pods_per_gpu is None else max_pods_per_gpu
-        self.gpu_pods_capacity[node] = np.where(exists, pods, 0)
-        self.gpu_pods_free[node] = self.gpu_pods_capacity[node]
-        self.gpu_milli_capacity[node] = np.where(exists, int(MILLI_PER_GPU * compute_overcommit), 0)
-        self.gpu_free[node] = self.gpu_milli_capacity[node]
-        self.gpu_free_total[node] = self.gpu_free[node].sum()
-        physical = self.nodes[node].gpu_memory_mib
-        if physical:
-            self.gpu_memory_capacity[node] = np.where(exists, int(physical * memory_overcommit), 0)
-            self.gpu_memory_free[node] = self.gpu_memory_capacity[node]
+        self.gpu_pods_capacity[rows] = np.where(exists, pods, 0)
+        self.gpu_pods_free[rows] = self.gpu_pods_capacity[rows]
+        self.gpu_milli_capacity[rows] = np.where(exists, int(MILLI_PER_GPU * compute_overcommit), 0)
+        self.gpu_free[rows] = self.gpu_milli_capacity[rows]
+        self.gpu_free_total[rows] = self.gpu_free[rows].sum(axis=1)
+        physical = np.array([self.nodes[int(row)].gpu_memory_mib for row in rows], dtype=np.int64)
+        known = rows[physical > 0]
+        if len(known):
+            scaled = (physical[physical > 0] * memory_overcommit).astype(np.int64)
+            self.gpu_memory_capacity[known] = np.where(exists[physical > 0], scaled[:, None], 0)
+            self.gpu_memory_free[known] = self.gpu_memory_capacity[known]
         self.sharing_limited = True
-        self.node_gen[node] += 1
+        self.node_gen[rows] += 1
 
-    def bind(self, pod: PodSpec, node: int, gpus: Sequence[int] = ()) -> Allocation:
+    def bind(
+        self, pod: PodSpec, node: int, gpus: Sequence[int] = (), *, running: bool = False
+    ) -> Allocation:
         """Give ``pod`` its resources on ``node`` and the GPUs ``gpus``.
 
+        Args:
+            pod: The pod's request.
+            node: Row index of the node.
+            gpus: The GPUs it takes there.
+            running: The pod already holds them (a record read back, or a what-if put back):
+                an unhealthy GPU still holds it. A new placement (the default) is refused one,
+                so no policy, preemption or backfill can hand out a broken GPU by mistake.
+
         Raises:
-            AllocationError: The pod is already placed, or the node or a GPU lacks the room.
+            AllocationError: The pod is already placed, the node or a GPU lacks the room, or
+                a new placement names an unhealthy GPU.
         """
         if pod.name in self.allocations:
             raise AllocationError(f"pod {pod.name!r} is already bound")
         if not 0 <= node < self.size:
             raise AllocationError(f"pod {pod.name!r}: no node at index {node}")
         self._check_fits(pod, node, tuple(gpus))
+        if not running and self.unhealthy_gpus:
+            broken = [gpu for gpu in gpus if not self.gpu_usable[node, gpu]]
+            if broken:
+                raise AllocationError(
+                    f"pod {pod.name!r} on node {self.node_names[node]!r}: GPU {broken[0]} is "
+                    "unhealthy"
+                )
         allocation = Allocation(pod=pod, node=node, gpus=tuple(gpus))
         self._apply(allocation, sign=-1)
         self.allocations[pod.name] = allocation
         self.pods_on_node[node].add(pod.name)
         return allocation
+
+    def unhealthy_held(self, pod_name: str) -> tuple[int, ...]:
+        """The unhealthy GPUs a bound pod holds (none for an unbound pod).
+
+        The live scheduler tells such a pod's owner once: its GPU broke under it, and nothing
+        else would say why its work fails while new pods avoid the GPU.
+        """
+        allocation = self.allocations.get(pod_name)
+        if allocation is None or not self.unhealthy_gpus:
+            return ()
+        return tuple(gpu for gpu in allocation.gpus if not self.gpu_usable[allocation.node, gpu])
 
     def release(self, pod_name: str) -> Allocation:
         """Return a bound pod's resources to its node.
@@ -242,6 +293,7 @@ class ClusterSnapshot:
             setattr(clone, name, getattr(self, name).copy())
         clone.allocations = dict(self.allocations)
         clone.pods_on_node = [set(pods) for pods in self.pods_on_node]
+        clone.constraint_checks = dict(self.constraint_checks)  # a copy may be read elsewhere
         return clone
 
     def simulate_removal(self, pod_names: Iterable[str]) -> Callable[[], None]:
@@ -250,7 +302,7 @@ class ClusterSnapshot:
 
         def restore() -> None:
             for allocation in reversed(removed):
-                self.bind(allocation.pod, allocation.node, allocation.gpus)
+                self.bind(allocation.pod, allocation.node, allocation.gpus, running=True)
 
         return restore
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -166,3 +167,39 @@ def write_serving_cert(directory: Path, name: str, hosts: list[str]) -> tuple[Pa
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     _write_key(key, key_path)
     return cert_path, key_path
+
+
+class SecretVolume:
+    """A folder laid out as a kubelet mounts a Secret, updated as the kubelet updates it.
+
+    For tests of what reads a mounted Secret (the certificates gpupool serves with): the real
+    layout, so a reader that opens the files once, or follows the symlinks wrongly, fails here.
+
+    The files are symlinks ``NAME -> ..data/NAME``; ``..data`` is a symlink to a timestamped
+    folder, and an update writes a new folder and renames a new ``..data`` over the old one, so
+    a reader sees the old set or the new set, never a mix (AtomicWriter in the kubelet).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.version = 0
+
+    def path(self, name: str) -> Path:
+        """Where a reader of the Secret opens ``name``."""
+        return self.folder / name
+
+    def write(self, files: dict[str, bytes]) -> None:
+        """Publish ``files`` at once, as a Secret update does."""
+        self.version += 1
+        fresh = self.folder / f"..{self.version:04d}"
+        fresh.mkdir()
+        for name, content in files.items():
+            (fresh / name).write_bytes(content)
+        staged = self.folder / "..data_tmp"
+        staged.symlink_to(fresh.name)
+        os.replace(staged, self.folder / "..data")
+        for name in files:
+            link = self.folder / name
+            if not link.is_symlink():
+                link.symlink_to(f"..data/{name}")

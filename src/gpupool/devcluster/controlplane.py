@@ -19,11 +19,10 @@ import ssl
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 from gpupool.devcluster.binaries import find_binaries, require
 from gpupool.devcluster.certs import ClusterCerts, write_client_cert, write_cluster_certs
-from gpupool.devcluster.processes import ManagedProcess, free_port
+from gpupool.devcluster.processes import ManagedProcess, StartsAndStops, free_port
 
 START_TIMEOUT = 60.0
 STAGES_FILE = Path(__file__).with_name("kwok-stages.yaml")
@@ -38,15 +37,21 @@ class SchedulerClient:
 
 
 @dataclass
-class LocalControlPlane:
+class LocalControlPlane(StartsAndStops):
     """A control plane on loopback, in ``folder`` (a fresh temporary folder by default).
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
+
+    ``controllers``: also run kube-controller-manager (Deployments, DaemonSets, ServiceAccounts
+    and their root CA, EndpointSlices, garbage collection), with ServiceAccount admission on and
+    webhooks reached at their endpoints (no kube-proxy): what installing the Helm chart on a
+    real node needs. Off by default, since kwok-only tests need none of it and start faster.
     """
 
     folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gpupool-cp-")))
     bin_dir: Path = field(default_factory=find_binaries)
     keep_folder: bool = False
+    controllers: bool = False
     api_port: int = 0
     certs: ClusterCerts | None = None
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
@@ -61,18 +66,6 @@ class LocalControlPlane:
         """The API server's URL."""
         return f"https://127.0.0.1:{self.api_port}"
 
-    def __enter__(self) -> LocalControlPlane:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def start(self) -> None:
         """Start etcd and kube-apiserver and wait until the API server is ready."""
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -81,6 +74,8 @@ class LocalControlPlane:
         self.api_port = free_port()
         self.start_apiserver()
         self._write_kubeconfig()
+        if self.controllers:
+            self.start_controller_manager()
 
     def _start_etcd(self) -> None:
         client, peer = free_port(), free_port()
@@ -102,7 +97,7 @@ class LocalControlPlane:
             self.folder / "etcd.log",
         )
         self.processes["etcd"] = etcd
-        etcd.wait_ready(lambda: _http_ok(f"127.0.0.1:{client}", "/health", None), START_TIMEOUT)
+        etcd.wait_ready(lambda: http_ok(f"127.0.0.1:{client}", "/health", None), START_TIMEOUT)
 
     def start_apiserver(self) -> None:
         """Start (or restart, on the same port and etcd) kube-apiserver and wait for /readyz."""
@@ -122,8 +117,11 @@ class LocalControlPlane:
                 f"--service-account-signing-key-file={certs.sa_private}",
                 "--service-cluster-ip-range=10.96.0.0/16",
                 "--authorization-mode=RBAC",
-                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                *self._controller_flags(),
                 "--allow-privileged=true",
+                # a real node's Hostname address (its name) resolves nowhere: logs and exec
+                # reach its kubelet by the InternalIP the kubelet reports
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--enable-priority-and-fairness=false",
                 "--max-requests-inflight=0",
                 "--max-mutating-requests-inflight=0",
@@ -133,8 +131,50 @@ class LocalControlPlane:
         )
         self.processes["kube-apiserver"] = api
         api.wait_ready(
-            lambda: _http_ok(f"127.0.0.1:{self.api_port}", "/readyz", self._ssl_context()),
+            lambda: http_ok(f"127.0.0.1:{self.api_port}", "/readyz", self._ssl_context()),
             START_TIMEOUT,
+        )
+
+    def _controller_flags(self) -> list[str]:
+        if not self.controllers:  # no controller creates the ServiceAccounts admission wants
+            return ["--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"]
+        return [
+            "--disable-admission-plugins=TaintNodesByCondition",
+            "--enable-aggregator-routing=true",  # webhooks at their endpoints: no kube-proxy
+        ]
+
+    def _start_component(
+        self, name: str, args: list[str], health: int, context: ssl.SSLContext | None
+    ) -> None:
+        """Start ``name`` (a binary of the build) with ``args``; wait for its /healthz."""
+        process = ManagedProcess(
+            name, [str(require(self.bin_dir, name)), *args], self.folder / f"{name}.log"
+        )
+        self.processes[name] = process
+        process.wait_ready(
+            lambda: http_ok(f"127.0.0.1:{health}", "/healthz", context), START_TIMEOUT
+        )
+
+    def start_controller_manager(self) -> None:
+        """Start kube-controller-manager (no leader election) and wait for its /healthz."""
+        certs = self._certs()
+        health = free_port()
+        self._start_component(
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={health}",
+                f"--root-ca-file={certs.ca_cert}",
+                f"--service-account-private-key-file={certs.sa_private}",
+                "--use-service-account-credentials=false",
+                f"--cluster-signing-cert-file={certs.ca_cert}",
+                f"--cluster-signing-key-file={certs.ca_cert.with_name('ca.key')}",
+                "--v=1",
+            ],
+            health,
+            _insecure(),
         )
 
     def stop_apiserver(self) -> None:
@@ -144,10 +184,9 @@ class LocalControlPlane:
     def start_kwok(self, stages: Path = STAGES_FILE) -> None:
         """Start kwok for nodes annotated ``kwok.x-k8s.io/node=fake`` with gpupool's stages."""
         port = free_port()
-        kwok = ManagedProcess(
+        self._start_component(
             "kwok",
             [
-                str(require(self.bin_dir, "kwok")),
                 f"--kubeconfig={self.kubeconfig}",
                 f"--config={stages}",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
@@ -156,10 +195,9 @@ class LocalControlPlane:
                 "--node-lease-duration-seconds=40",
                 f"--server-address=127.0.0.1:{port}",
             ],
-            self.folder / "kwok.log",
+            port,
+            None,
         )
-        self.processes["kwok"] = kwok
-        kwok.wait_ready(lambda: _http_ok(f"127.0.0.1:{port}", "/healthz", None), START_TIMEOUT)
 
     def start_kube_scheduler(self, client: SchedulerClient = SchedulerClient()) -> None:
         """Start the real kube-scheduler (default profile, no leader election)."""
@@ -180,22 +218,12 @@ class LocalControlPlane:
             )
         )
         health = free_port()
-        scheduler = ManagedProcess(
+        self._start_component(
             "kube-scheduler",
-            [
-                str(require(self.bin_dir, "kube-scheduler")),
-                f"--config={config}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={health}",
-                "--v=1",
-            ],
-            self.folder / "kube-scheduler.log",
+            [f"--config={config}", "--bind-address=127.0.0.1", f"--secure-port={health}", "--v=1"],
+            health,
+            _insecure(),
         )
-        self.processes["kube-scheduler"] = scheduler
-        insecure = ssl.create_default_context()
-        insecure.check_hostname = False
-        insecure.verify_mode = ssl.CERT_NONE
-        scheduler.wait_ready(lambda: _http_ok(f"127.0.0.1:{health}", "/healthz", insecure), 30.0)
 
     def stop_process(self, name: str) -> None:
         """Stop one optional process (kwok, kube-scheduler) if it runs."""
@@ -256,7 +284,15 @@ class LocalControlPlane:
         path.write_text(json.dumps(config, indent=2))
 
 
-def _http_ok(host: str, path: str, context: ssl.SSLContext | None) -> bool:
+def _insecure() -> ssl.SSLContext:
+    """For a component's own self-signed /healthz on loopback."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def http_ok(host: str, path: str, context: ssl.SSLContext | None) -> bool:
     """Whether GET ``path`` answers 200 (any connection error counts as not yet)."""
     connection: http.client.HTTPConnection = (
         http.client.HTTPSConnection(host, timeout=2, context=context)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpupool.kube.api import JsonObject, KubeAPI
-from gpupool.kube.vocabulary import (
+from gpupool.kube.client.api import JsonObject, KubeAPI
+from gpupool.kube.objects.vocabulary import (
     ANNOTATION_GPU_UUIDS,
     LABEL_GPU_MEMORY,
     LABEL_GPU_MODEL,

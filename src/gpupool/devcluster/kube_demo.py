@@ -32,10 +32,11 @@ from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
 from gpupool.devcluster.processes import ManagedProcess
 from gpupool.devcluster.session import SCHEDULER_USER, wait_nodes_ready
-from gpupool.kube.api import ApiError, JsonObject, KubeAPI
-from gpupool.kube.crds import install_crds
-from gpupool.kube.rbac import grant_scheduler_role
-from gpupool.kube.vocabulary import (
+from gpupool.kube.client.api import ApiError, JsonObject, KubeAPI
+from gpupool.kube.install.admission_policy import DEFAULT_AGENT_IDENTITIES
+from gpupool.kube.install.crds import install_crds
+from gpupool.kube.install.rbac import grant_scheduler_role
+from gpupool.kube.objects.vocabulary import (
     LABEL_CLASS,
     LABEL_QUEUE,
     RESOURCE_GPU,
@@ -117,7 +118,11 @@ async def populate(kubeconfig: Path) -> None:
     """CRDs, the admission policy, the scheduler's role, nodes, pools, queues, namespaces."""
     api = KubeAPI.from_kubeconfig(kubeconfig)
     try:
-        await install_crds(api, scheduler_identities=(SCHEDULER_USER,))
+        await install_crds(
+            api,
+            scheduler_identities=(SCHEDULER_USER,),
+            agent_identities=DEFAULT_AGENT_IDENTITIES,
+        )
         await grant_scheduler_role(api, SCHEDULER_USER)
         nodes = [fake_node(spec) for spec in demo_nodes()]
         await create_nodes(api, nodes)
@@ -221,6 +226,7 @@ def run_kube_demo(
                 str(scheduler_config),
                 "--http-address",
                 f"127.0.0.1:{port}",
+                "--insecure-local",  # the dashboard for this machine's user, without a token
             ],
             plane.folder / "gpupool-control-plane.log",
         )
@@ -244,6 +250,10 @@ def run_kube_demo(
                     str(plane.kubeconfig),
                     "--plugin-dir",
                     str(state / "plugins"),
+                    "--plugins-registry-dir",
+                    str(state / "plugins_registry"),
+                    "--plugins-dir",
+                    str(state / "dra-plugins"),
                     "--pod-resources-socket",
                     str(state / "pod-resources.sock"),
                     "--cdi-dir",

@@ -11,6 +11,7 @@ that started the child, so it is set only for children started from the main thr
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import socket
 import subprocess
@@ -19,6 +20,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 STOP_GRACE_SECONDS = 10.0
 
@@ -37,8 +40,57 @@ def _tie_to_parent() -> Callable[[], None] | None:
     return None
 
 
+class StartsAndStops:
+    """``with thing:`` starts it and stops it, however the block ends."""
+
+    def start(self) -> None:
+        """Start (subclasses)."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop (subclasses)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
 class StartError(RuntimeError):
     """A control-plane process exited or did not become ready in time."""
+
+
+def kill_until_gone(find: Callable[[], set[int]], where: str, timeout: float = 10.0) -> set[int]:
+    """SIGKILL every PID ``find`` returns, again, until it returns none; returns those killed.
+
+    For processes this one did not start (containerd's shims, containers' processes), found by
+    where they are rather than by name, so nothing else on the machine is touched.
+
+    Raises:
+        TimeoutError: Some were still there after ``timeout`` seconds (the message lists them
+            and says ``where``).
+    """
+    killed: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while pids := find():
+        for pid in pids - killed:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            killed.add(pid)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"processes left in {where}: {sorted(pids)}")
+        time.sleep(0.05)
+    return killed
 
 
 def free_port() -> int:

@@ -17,14 +17,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpupool.devcluster.controlplane import LocalControlPlane, SchedulerClient
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
-from gpupool.kube.api import JsonObject, KubeAPI
-from gpupool.kube.crds import install_crds
-from gpupool.kube.rbac import grant_scheduler_role
-from gpupool.kube.vocabulary import RESOURCE_GPU, SCHEDULER_NAME
+from gpupool.kube.client.api import JsonObject, KubeAPI
+from gpupool.kube.install.admission_policy import DEFAULT_AGENT_IDENTITIES
+from gpupool.kube.install.crds import install_crds
+from gpupool.kube.install.rbac import grant_scheduler_role
+from gpupool.kube.objects.vocabulary import RESOURCE_GPU, SCHEDULER_NAME
+
+if TYPE_CHECKING:
+    from gpupool.devcluster.realnode import RealNode
 
 NODE_PREFIX = "gpu-node"
 READY_TIMEOUT = 120.0
@@ -44,6 +48,9 @@ class DevClusterConfig:
         folder: Where certificates, kubeconfig and logs go; kept after exit. ``None``: a
             temporary folder removed on exit.
         kube_scheduler: Also run the stock kube-scheduler for pods of the default scheduler.
+        real_node: Also join a real node (containerd, runc, the real kubelet) named
+            ``real_node``; ``None`` for none. Needs root and the node builds
+            (:mod:`gpupool.devcluster.realnode`).
     """
 
     nodes: int = 50
@@ -52,17 +59,20 @@ class DevClusterConfig:
     gpu_memory_mib: int = 81559
     folder: Path | None = None
     kube_scheduler: bool = True
+    real_node: str | None = None
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the option (as the CLI spells it) of a bad value."""
-        if self.nodes < 1:
-            raise ValueError("--nodes: must be >= 1")
+        if self.nodes < (0 if self.real_node else 1):
+            raise ValueError("--nodes: must be >= 1 (>= 0 with a real node)")
         if self.gpus_per_node < 0:
             raise ValueError("--gpus-per-node: must be >= 0")
         if self.gpu_memory_mib < 1:
             raise ValueError("--gpu-memory-mib: must be >= 1")
         if not self.gpu_model or any(c.isspace() for c in self.gpu_model):
             raise ValueError("--gpu-model: must be a non-empty label value without spaces")
+        if self.real_node is not None and not _is_node_name(self.real_node):
+            raise ValueError("--real-node-name: must be a lowercase DNS name (a-z, 0-9, -, .)")
         if self.folder is not None and (self.folder / "etcd").exists():
             raise ValueError(
                 f"--dir: {self.folder} already holds a cluster (etcd/); use an empty or new folder"
@@ -80,6 +90,11 @@ class DevClusterConfig:
             )
             for index in range(self.nodes)
         ]
+
+
+def _is_node_name(name: str) -> bool:
+    allowed = set("abcdefghijklmnopqrstuvwxyz0123456789-.")
+    return 0 < len(name) <= 63 and set(name) <= allowed and name[0].isalnum() and name[-1].isalnum()
 
 
 def node_is_ready(node: JsonObject) -> bool:
@@ -119,7 +134,11 @@ async def populate(kubeconfig: Path, nodes: list[FakeGpuNode], concurrency: int 
     """
     api = KubeAPI.from_kubeconfig(kubeconfig)
     try:
-        await install_crds(api, scheduler_identities=(SCHEDULER_USER,))
+        await install_crds(
+            api,
+            scheduler_identities=(SCHEDULER_USER,),
+            agent_identities=DEFAULT_AGENT_IDENTITIES,
+        )
         await grant_scheduler_role(api, SCHEDULER_USER)
         await create_nodes(api, nodes, concurrency)
         await wait_nodes_ready(api, len(nodes))
@@ -162,7 +181,8 @@ def usage_text(plane: LocalControlPlane, config: DevClusterConfig, scheduler: Pa
         "\n"
         "try:\n"
         f"  kubectl --kubeconfig {kubeconfig} get nodes\n"
-        f"  gpupool control-plane --kubeconfig {scheduler}   # gpupool's scheduler\n"
+        f"  gpupool control-plane --kubeconfig {scheduler} --insecure-local   # gpupool's "
+        "scheduler; its API open to this machine without a token\n"
         "  curl http://127.0.0.1:9402/metrics   # its metrics (also /healthz, /readyz)\n"
         f"  kubectl --kubeconfig {kubeconfig} apply -f pod.yaml   # with pod.yaml:\n"
         "\n"
@@ -225,13 +245,17 @@ def run_session(
             the end of its log.
     """
     config.validate()
+    # a real node runs real workloads (Deployments, DaemonSets, the chart): they need the
+    # controllers; kwok-only clusters start faster without them
+    controllers = config.real_node is not None
     plane = (
-        LocalControlPlane(folder=config.folder, keep_folder=True)
+        LocalControlPlane(folder=config.folder, keep_folder=True, controllers=controllers)
         if config.folder is not None
-        else LocalControlPlane()
+        else LocalControlPlane(controllers=controllers)
     )
     reason = ""
     gate = _SignalGate()
+    node: RealNode | None = None
     try:
         gate.install()
         say(f"starting etcd and kube-apiserver in {plane.folder} ...")
@@ -241,9 +265,14 @@ def run_session(
         asyncio.run(populate(plane.kubeconfig, config.fake_nodes()))
         if config.kube_scheduler:
             plane.start_kube_scheduler(SchedulerClient())
+        if config.real_node is not None:
+            node = _start_real_node(plane, config.real_node, say)
         say(usage_text(plane, config, plane.user_kubeconfig(SCHEDULER_USER)))
+        if node is not None:
+            say(node.usage_text())
         while True:
-            for name, child in plane.processes.items():
+            children = {**plane.processes, **(node.processes() if node else {})}
+            for name, child in children.items():
                 if not child.running:
                     raise ChildExitedError(
                         f"{name} exited with {child.process.returncode}:\n{child.log_tail()}"
@@ -255,8 +284,25 @@ def run_session(
         gate.open = False  # a second Ctrl-C must not cut the shutdown short
         try:
             say("stopping ...")
+            if node is not None:
+                node.stop()
             plane.stop()
             say("stopped.")
         finally:
             gate.restore()
     return reason
+
+
+def _start_real_node(plane: LocalControlPlane, name: str, say: Callable[[str], None]) -> RealNode:
+    """Start the real node (the module is imported here: it imports this one)."""
+    from gpupool.devcluster.images import find_images
+    from gpupool.devcluster.realnode import RealNode, RealNodeConfig
+
+    node = RealNode(plane, RealNodeConfig(name, find_images(), log_dir=plane.folder / name))
+    say(f"starting the real node {name} (containerd, kubelet) in {node.session} ...")
+    try:
+        node.start()
+    except BaseException:
+        node.stop()
+        raise
+    return node

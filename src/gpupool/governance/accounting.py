@@ -1,7 +1,7 @@
 """GPU-hours, GPU memory GiB-hours and efficiency, per pod, namespace, queue or pool.
 
 An allocation is an interval ``[start, end)`` during which a pod held ``units`` GPU units and
-``memory_gib`` GiB of GPU memory (:mod:`gpupool.governance.units`); an open interval (no end
+``memory_gib`` GiB of GPU memory (:mod:`gpupool.policy.units`); an open interval (no end
 yet) runs to the end of the window. Cost over a window is the integral of what was held,
 clipped to the window exactly, so that the sum over any partition of a window equals the total
 over the window and the groups add up to the whole: a report split by day or by team can never
@@ -288,3 +288,20 @@ def _sampled(
         "sampled_memory_gib_hours": _by_group(group, memory[owner] * seconds, len(names)),
         "used_memory_gib_hours": _by_group(group, used_memory * seconds, len(names)),
     }
+
+
+def ended_at(start: float, finished_at: float | None, last_seen: float | None) -> float:
+    """When an allocation ended whose pod ended while no leader watched it.
+
+    The pod's own finish time (its containers' ``finishedAt``) when the API server still has it;
+    else the last moment anything shows it alive (its latest usage sample); else its start.
+    Never "now": the next leader may start hours later, and billing up to its start would
+    charge the tenant for the outage. Never before the start.
+
+    Args:
+        start: When the allocation started.
+        finished_at: When the pod finished, if known.
+        last_seen: When it was last seen alive (a usage sample), if ever.
+    """
+    known = finished_at if finished_at is not None else last_seen
+    return start if known is None else max(start, known)

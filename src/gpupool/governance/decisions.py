@@ -1,9 +1,9 @@
 """What a governance rule decides, as data: warn, reclaim, clean up, release, clear a warning.
 
 The rules (:mod:`gpupool.governance.rules`) return these and do nothing else; the live
-controller (:mod:`gpupool.kube.governance`) and the simulator carry them out. Keeping decisions
-as plain values is what lets one set of rules run against a real cluster and a simulated one,
-and lets every action name the rule that fired and the values it fired on (the audit log and
+controller (:mod:`gpupool.kube.governance.controller`) and the simulator carry them out. Keeping
+decisions as plain values is what lets one set of rules run against a real cluster and a simulated
+one, and lets every action name the rule that fired and the values it fired on (the audit log and
 the Events show exactly those).
 """
 
@@ -19,13 +19,14 @@ class Rule(enum.StrEnum):
 
     IDLE = "idle"
     MAX_SHARE_DURATION = "max-share-duration"
+    DECLARED_RUNTIME = "declared-runtime"
     CRASH_LOOP = "crash-loop"
     NOT_RUNNING = "not-running"
     NODE_NOT_READY = "node-not-ready"
     PHANTOM = "phantom"
 
 
-RECLAIM_RULES = (Rule.IDLE, Rule.MAX_SHARE_DURATION)
+RECLAIM_RULES = (Rule.IDLE, Rule.MAX_SHARE_DURATION, Rule.DECLARED_RUNTIME)
 """Rules that warn first and reclaim after the grace period."""
 CLEANUP_RULES = (Rule.CRASH_LOOP, Rule.NOT_RUNNING, Rule.NODE_NOT_READY)
 """Rules that clean up an abnormal pod at once (it does no useful work)."""

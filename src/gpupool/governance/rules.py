@@ -1,4 +1,4 @@
-"""The governance rules: idle reclaim, share-duration limits, abnormal pods, phantom shares.
+"""The governance rules: idle reclaim, time limits, abnormal pods, phantom shares.
 
 Every rule is a pure function of plain values and ``now`` (seconds, any epoch), so the live
 controller and the simulator apply the same rules the same way, and a rule is tested by a
@@ -14,13 +14,24 @@ a pod that becomes active again after its warning gets a :class:`ClearWarning`, 
 reclaim. Cleanup rules act at once, because the pod they fire on does no useful work (a crash
 loop past its restart limit, a pod bound but not running past a timeout, a pod on a node
 NotReady past a timeout). A pod being deleted is left alone: its deletion is already under way.
+
+A declared runtime (``gpupool.io/expected-runtime``) is a time limit, as a batch system's is: the
+scheduler lets a pod start ahead of a reserved head on the strength of it (backfill), so a pod
+that overran it unpunished would have bought its slot with a lie and delayed the head by the
+overrun. Past its runtime it is warned, and reclaimed after the pool's grace (``reclaimGrace``).
+Unlike the share-duration limit, ``exemptClasses`` do not exempt it: the limit is the pod's own
+promise, not the pool's. A pod that declares nothing is never limited by an estimate.
+
+A pod bound without a trusted allocation record (placed past the scheduler, or with a forged
+record) is given no GPU by the node agent and holds the scheduler's capacity as foreign: it is
+cleaned up by the not-running rule once it is older than the timeout, whatever its phase.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
 
 from gpupool.governance.decisions import (
     Cleanup,
@@ -32,6 +43,8 @@ from gpupool.governance.decisions import (
     Warn,
 )
 from gpupool.governance.errors import FieldValueError
+from gpupool.governance.usage import Activity, UsageHistory
+from gpupool.policy.spec import GovernanceSpec
 
 CRASH_LOOP_REASON = "CrashLoopBackOff"
 
@@ -46,39 +59,55 @@ def _check(condition: bool, name: str, message: str) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Limits:
+class Limits(GovernanceSpec):
     """One pool's (and its queue's) governance settings, in seconds and percent.
 
+    The fields of a GPUPool's ``spec.governance`` (:class:`~gpupool.policy.spec.GovernanceSpec`,
+    parsed by :mod:`gpupool.policy.config`, the reader every process shares), checked, plus:
+
     Attributes:
-        idle_threshold_percent: A pod whose SM utilisation stays below this is idle; ``None``
-            turns idle reclaim off.
-        idle_period: How long a pod must stay idle before it is warned.
-        grace: Time between the warning and the reclaim.
-        max_share_duration: The longest a share may be held; ``None`` for no limit.
-        exempt_classes: ``gpupool.io/class`` values never reclaimed (idle or duration).
         memory_activity_mib: A change of GPU memory held by more than this between two samples
             counts as activity (a pod loading a model is not idle even at 0 % SM).
+        memory_busy_percent: Memory-controller utilisation at or above this counts as activity
+            (a checkpoint copied to the host, weights streamed in: SM near 0, memory busy);
+            ``None``: SM and memory held only, as before the agent published it.
+        quiet_history_factor: A pod that resumed after a quiet phase of ``q`` seconds gets an
+            idle period of this times ``q`` when that is longer than the pool's (0: off). One
+            quiet phase of that length was work, so the next one of about that length may be.
+        quiet_history_cap: The learned idle period is at most this many times the pool's: a pod
+            cannot earn an unbounded hold by having paused once, and an abandoned pod that used
+            to pause is still given back (later).
     """
 
-    idle_threshold_percent: float | None = None
-    idle_period: float = 1800.0
-    grace: float = 300.0
-    max_share_duration: float | None = None
-    exempt_classes: frozenset[str] = field(default_factory=frozenset)
     memory_activity_mib: float = 256.0
+    memory_busy_percent: float | None = 1.0
+    quiet_history_factor: float = 2.0
+    quiet_history_cap: float = 3.0
 
     def __post_init__(self) -> None:
         threshold = self.idle_threshold_percent
         if threshold is not None:
             _check(0 <= threshold <= 100, "idleThreshold.gpuUtilPercent", "must be 0..100")
+        busy = self.memory_busy_percent
+        if busy is not None:
+            _check(0 < busy <= 100, "memoryBusyPercent", f"must be in (0, 100], got {busy}")
         for name, value in (
             ("idlePeriod", self.idle_period),
             ("grace", self.grace),
             ("memoryActivityMiB", self.memory_activity_mib),
+            ("quietHistoryFactor", self.quiet_history_factor),
         ):
             _check(math.isfinite(value) and value >= 0, name, f"must be >= 0, got {value}")
+        cap = self.quiet_history_cap
+        _check(math.isfinite(cap) and cap >= 1, "quietHistoryCap", f"must be >= 1, got {cap}")
         if self.max_share_duration is not None:
             _check(self.max_share_duration > 0, "maxShareDuration", "must be > 0")
+
+    @classmethod
+    def of_pool(cls, spec: GovernanceSpec, queue_limit: float | None = None) -> Limits:
+        """The limits of a GPUPool's ``spec.governance`` and its queue's share-duration limit."""
+        settings = {f.name: getattr(spec, f.name) for f in fields(GovernanceSpec)}
+        return cls(**settings).with_queue_limit(queue_limit)
 
     def with_queue_limit(self, queue_limit: float | None) -> Limits:
         """These limits with the shorter of the pool's and the queue's maxShareDuration."""
@@ -86,12 +115,24 @@ class Limits:
             return self
         pool_limit = self.max_share_duration
         shortest = queue_limit if pool_limit is None else min(pool_limit, queue_limit)
-        return Limits(
-            self.idle_threshold_percent,
-            self.idle_period,
-            self.grace,
-            shortest,
-            self.exempt_classes,
+        return replace(self, max_share_duration=shortest)
+
+    @property
+    def activity(self) -> Activity:
+        """When a usage sample counts as activity under these limits (usage in the pod's terms)."""
+        return self.activity_for(1.0)
+
+    def activity_for(self, compute_fraction: float) -> Activity:
+        """The same for SM utilisation measured against the whole GPU, as NVML reports it.
+
+        ``compute_fraction`` is the part of the GPU's compute the pod was given
+        (:func:`gpupool.policy.units.compute_fraction`): a 10 % share working flat out reads
+        about 10 %, so it is active at ``idleThreshold`` times 0.1.
+        """
+        threshold = self.idle_threshold_percent
+        return Activity(
+            0.0 if threshold is None else threshold * compute_fraction,
+            self.memory_busy_percent,
             self.memory_activity_mib,
         )
 
@@ -121,21 +162,6 @@ class CleanupLimits:
 
 
 @dataclass(frozen=True, slots=True)
-class UsagePoint:
-    """One usage sample of a pod (summed over its GPUs).
-
-    Attributes:
-        time: When it was taken, in seconds.
-        sm_percent: SM utilisation, percent.
-        memory_mib: GPU memory held, MiB.
-    """
-
-    time: float
-    sm_percent: float
-    memory_mib: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
 class PodWarning:
     """A warning already given to a pod: which rule and when (seconds)."""
 
@@ -150,12 +176,16 @@ class PodFacts:
     Attributes:
         uid: The pod.
         pod_class: Its ``gpupool.io/class`` ("" for none).
-        allocated_at: When its share started (the allocation record's time), seconds.
+        allocated_at: When its share started (the allocation record's time), seconds; ``None``
+            for a pod without a trusted record.
+        declared_runtime: Its ``gpupool.io/expected-runtime``, seconds; ``None`` if undeclared.
+        unplaced_since: For a bound pod without a trusted allocation record (it bypassed the
+            scheduler, or its record is forged): when it was created; ``None`` otherwise.
         phase: ``status.phase``.
         restarts: The most restarts of any of its containers.
         waiting_reason: A container's waiting reason (``CrashLoopBackOff``, ...), "" if none.
         node_not_ready_since: Since when its node is NotReady; ``None`` while Ready.
-        usage: Usage samples, oldest first (only those since the allocation count).
+        usage: Its usage so far (folded sample by sample under the pool's :attr:`Limits.activity`).
         last_active: The agent's last time the pod used the GPU (SM > 0); ``None`` unknown.
         warning: The warning it carries, if any.
         deleting: Whether its deletion is under way.
@@ -164,52 +194,52 @@ class PodFacts:
     uid: str
     pod_class: str = ""
     allocated_at: float | None = None
+    declared_runtime: float | None = None
+    unplaced_since: float | None = None
     phase: str = "Running"
     restarts: int = 0
     waiting_reason: str = ""
     node_not_ready_since: float | None = None
-    usage: Sequence[UsagePoint] = ()
+    usage: UsageHistory = field(default_factory=UsageHistory)
     last_active: float | None = None
     warning: PodWarning | None = None
     deleting: bool = False
 
 
 def idle_since(
-    usage: Sequence[UsagePoint],
-    threshold: float,
-    memory_activity_mib: float,
-    last_active: float | None = None,
-    allocated_at: float | None = None,
+    usage: UsageHistory, last_active: float | None = None, allocated_at: float | None = None
 ) -> float | None:
     """Since when a pod has been idle, or ``None`` if it is active now or nothing is known.
 
-    A sample is active when its SM utilisation is at or above ``threshold`` or its memory moved
-    by more than ``memory_activity_mib`` since the sample before. The idle run is the trailing
-    run of inactive samples. When no active sample is known (the controller restarted, history
-    is short), the agent's ``last_active`` (the last time SM was above zero, hence the last
-    time the pod could have been at or above any threshold > 0) may start the run earlier. A
-    pod is never idle since before its allocation.
+    The idle run is the quiet run still going on (:attr:`UsageHistory.quiet_since`). When no
+    active sample is known (the controller restarted, history is short), the agent's
+    ``last_active`` (the last time SM was above zero, hence the last time the pod could have
+    been at or above any threshold > 0) may start the run earlier. A pod is never idle since
+    before its allocation.
     """
-    if not usage or threshold <= 0:
+    start = usage.quiet_since
+    if start is None or usage.last is None:
         return None
-    start: float | None = None
-    saw_active = False
-    for index in range(len(usage) - 1, -1, -1):
-        point = usage[index]
-        moved = index > 0 and abs(point.memory_mib - usage[index - 1].memory_mib) > (
-            memory_activity_mib
-        )
-        if point.sm_percent >= threshold or moved:
-            saw_active = True
-            break
-        start = point.time
-    if start is None:
-        return None
-    if not saw_active and last_active is not None and usage[-1].sm_percent == 0:
+    if not usage.active_seen and last_active is not None and usage.last.sm_percent == 0:
         start = min(start, last_active)
     if allocated_at is not None:
         start = max(start, allocated_at)
     return start
+
+
+def idle_period(usage: UsageHistory, limits: Limits) -> float:
+    """How long this pod may stay idle before it is warned: the pool's, or what it has shown.
+
+    A pod that came back from a quiet phase of ``q`` seconds gets
+    ``quiet_history_factor * q``, at most ``quiet_history_cap`` times the pool's idle period:
+    the same silence that was a checkpoint or a gap between requests last time is not taken
+    for abandonment this time, and the cap bounds what a pod that once paused can hold idle.
+    """
+    base = limits.idle_period
+    learned = min(
+        limits.quiet_history_factor * usage.longest_quiet, limits.quiet_history_cap * base
+    )
+    return max(base, learned)
 
 
 def _cleanup(pod: PodFacts, limits: CleanupLimits, now: float) -> Cleanup | None:
@@ -229,33 +259,56 @@ def _cleanup(pod: PodFacts, limits: CleanupLimits, now: float) -> Cleanup | None
             if pod.waiting_reason:
                 values["waiting_reason"] = pod.waiting_reason
             return Cleanup(pod.uid, Rule.NOT_RUNNING, values)
+    if pod.unplaced_since is not None and pod.phase not in ("Succeeded", "Failed"):
+        seconds = now - pod.unplaced_since
+        if seconds >= limits.not_running_timeout:
+            why = "bound without a trusted allocation record"
+            values = {"bound_seconds": seconds, "timeout": limits.not_running_timeout, "why": why}
+            return Cleanup(pod.uid, Rule.NOT_RUNNING, values)
     return None
 
 
+def _time_limit(pod: PodFacts, limits: Limits) -> tuple[float, Rule, str] | None:
+    """The shorter of the pod's declared runtime and its share-duration limit, if any.
+
+    The shorter one fires first and, time only growing, keeps firing: the rule a pod was warned
+    under never switches to the other, which would warn it again and push its reclaim back.
+    """
+    candidates: list[tuple[float, Rule, str]] = []
+    if pod.declared_runtime is not None:
+        candidates.append((pod.declared_runtime, Rule.DECLARED_RUNTIME, "expected_runtime"))
+    exempt = bool(pod.pod_class) and pod.pod_class in limits.exempt_classes
+    if limits.max_share_duration is not None and not exempt:
+        limit = limits.max_share_duration
+        candidates.append((limit, Rule.MAX_SHARE_DURATION, "max_share_duration"))
+    return min(candidates) if candidates else None
+
+
 def _firing(pod: PodFacts, limits: Limits, now: float) -> tuple[Rule, dict[str, float]] | None:
-    """The reclaim rule that fires on a running pod now (duration first), with its values."""
-    if pod.pod_class and pod.pod_class in limits.exempt_classes:
-        return None
+    """The reclaim rule that fires on a running pod now (time limits first), with its values."""
     if pod.phase != "Running":
         return None
-    if limits.max_share_duration is not None and pod.allocated_at is not None:
+    limit = _time_limit(pod, limits)
+    if limit is not None and pod.allocated_at is not None:
+        seconds, rule, name = limit
         held = now - pod.allocated_at
-        if held >= limits.max_share_duration:
-            return Rule.MAX_SHARE_DURATION, {
-                "held_seconds": held,
-                "max_share_duration": limits.max_share_duration,
-            }
+        if held >= seconds:
+            return rule, {"held_seconds": held, name: seconds}
+    if pod.pod_class and pod.pod_class in limits.exempt_classes:
+        return None
     threshold = limits.idle_threshold_percent
     if threshold is not None:
-        since = idle_since(
-            pod.usage, threshold, limits.memory_activity_mib, pod.last_active, pod.allocated_at
-        )
-        if since is not None and now - since >= limits.idle_period:
+        since = idle_since(pod.usage, pod.last_active, pod.allocated_at)
+        period = idle_period(pod.usage, limits)
+        last = pod.usage.last
+        if since is not None and last is not None and now - since >= period:
             return Rule.IDLE, {
                 "idle_seconds": now - since,
-                "idle_period": limits.idle_period,
+                "idle_period": period,
+                "longest_quiet_seconds": pod.usage.longest_quiet,
                 "threshold_percent": threshold,
-                "sm_percent": pod.usage[-1].sm_percent,
+                "sm_percent": last.sm_percent,
+                "memory_busy_percent": last.memory_busy_percent,
             }
     return None
 

@@ -35,7 +35,7 @@ class ClusterPolicy:
     @classmethod
     def build(cls, config: PolicyConfig, nodes: Sequence[NodeSpec]) -> ClusterPolicy:
         """Compile ``config`` for ``nodes``."""
-        layout = PoolLayout.build(config.pools, nodes)
+        layout = PoolLayout.build(config.pools, nodes, config.default_pool())
         return cls(config=config, layout=layout, tables=QueueTables.build(config.queues, layout))
 
     def new_ledger(self) -> Ledger:

@@ -7,20 +7,31 @@ has had no such check, so this module repeats the CRDs' rules and refuses a bad 
 an error naming the object and the field path (``GPUQueue research: spec.quotas[0].ceiling: must
 be >= guaranteed``), never a traceback. Parsing is pure: the caller reads the file.
 
-Two rules the CRDs cannot express are added because a file could break them: a pool named
-``default`` would collide with the implicit pool, and a namespace listed by two queues would make
-a pod's queue ambiguous.
+This is the only reader of GPUPool and GPUQueue specs: the scheduler, the node agent, governance
+(its idle, grace and share-duration settings are here too) and the admission webhook all parse
+the API server's objects with :func:`parse_objects`, so a field cannot mean one thing to one
+process and another to the next. :func:`parse_objects` takes the objects one at a time: one that
+cannot be used is left out (and reported, naming the field) while the others keep working, as a
+process must never stop because of one object.
+
+A rule the CRDs cannot express is added because a file could break it: a pool named ``default``
+would collide with the implicit pool. A namespace that two queues serve is allowed (the pod's
+queue label chooses, see :func:`gpupool.policy.membership.pod_queue`).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpupool.policy.spec import (
+    DEFAULT_IDLE_GRACE,
+    DEFAULT_MAX_PODS_PER_GPU,
     DEFAULT_POOL,
+    DEFAULT_RECLAIM_GRACE,
+    GovernanceSpec,
     PolicyConfig,
     PoolMode,
     PoolSpec,
@@ -30,7 +41,11 @@ from gpupool.policy.spec import (
 from gpupool.policy.units import MILLI_UNITS
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-_SHARED_DEFAULTS = {"maxPodsPerGPU": 4, "memoryOvercommit": 1.0, "computeOvercommit": 1.0}
+_SHARED_DEFAULTS = {
+    "maxPodsPerGPU": DEFAULT_MAX_PODS_PER_GPU,
+    "memoryOvercommit": 1.0,
+    "computeOvercommit": 1.0,
+}
 
 
 class PolicyConfigError(ValueError):
@@ -80,6 +95,15 @@ class _Reader:
             bound = f"{low}..{high}" if high is not None else f">= {low}"
             raise self.fail(path, f"must be {bound}, got {value}")
         return value
+
+    def duration(self, spec: Mapping[str, Any], key: str, path: str) -> float | None:
+        value = spec.get(key)
+        if value is None:
+            return None
+        try:
+            return parse_duration(value)
+        except ValueError as error:
+            raise self.fail(f"{path}.{key}", str(error)) from None
 
     def number(self, value: Any, path: str, low: float, high: float, *, open_low: bool) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -133,6 +157,39 @@ def _pool(name: str, spec: Mapping[str, Any]) -> PoolSpec:
         compute_overcommit=compute if shared_mode else 1.0,
         allowed_classes=frozenset(read.strings(spec.get("allowedClasses"), "spec.allowedClasses")),
         allowed_queues=frozenset(read.strings(spec.get("allowedQueues"), "spec.allowedQueues")),
+        governance=_governance(read, spec),
+    )
+
+
+def _governance(read: _Reader, spec: Mapping[str, Any]) -> GovernanceSpec:
+    path = "spec.governance"
+    governance = read.mapping(spec.get("governance"), path)
+    threshold_spec = read.mapping(governance.get("idleThreshold"), f"{path}.idleThreshold")
+    threshold = None
+    if governance.get("idleThreshold") is not None:
+        threshold = read.number(
+            threshold_spec.get("gpuUtilPercent"),
+            f"{path}.idleThreshold.gpuUtilPercent",
+            0.0,
+            100.0,
+            open_low=False,
+        )
+    idle = read.duration(governance, "idleGrace", path)
+    if (threshold is None) != (idle is None):
+        missing = "idleGrace" if idle is None else "idleThreshold"
+        raise read.fail(f"{path}.{missing}", "idleThreshold and idleGrace are set together")
+    longest = read.duration(governance, "maxShareDuration", path)
+    if longest is not None and longest <= 0:
+        raise read.fail(f"{path}.maxShareDuration", "must be longer than 0s")
+    grace = read.duration(governance, "reclaimGrace", path)
+    return GovernanceSpec(
+        idle_threshold_percent=threshold,
+        idle_period=idle if idle is not None else DEFAULT_IDLE_GRACE,
+        grace=grace if grace is not None else DEFAULT_RECLAIM_GRACE,
+        max_share_duration=longest,
+        exempt_classes=frozenset(
+            read.strings(governance.get("exemptClasses"), f"{path}.exemptClasses")
+        ),
     )
 
 
@@ -168,12 +225,10 @@ def _queue(name: str, spec: Mapping[str, Any]) -> QueueSpec:
     reclaimable = spec.get("reclaimable", True)
     if not isinstance(reclaimable, bool):
         raise read.fail("spec.reclaimable", "must be true or false")
-    min_runtime = 0.0
-    if spec.get("minRuntimeBeforePreemption") is not None:
-        try:
-            min_runtime = parse_duration(spec["minRuntimeBeforePreemption"])
-        except ValueError as error:
-            raise read.fail("spec.minRuntimeBeforePreemption", str(error)) from None
+    min_runtime = read.duration(spec, "minRuntimeBeforePreemption", "spec") or 0.0
+    longest = read.duration(spec, "maxShareDuration", "spec")
+    if longest is not None and longest <= 0:
+        raise read.fail("spec.maxShareDuration", "must be longer than 0s")
     return QueueSpec(
         name=name,
         namespaces=frozenset(namespaces),
@@ -185,6 +240,8 @@ def _queue(name: str, spec: Mapping[str, Any]) -> QueueSpec:
         ),
         reclaimable=reclaimable,
         min_runtime_before_preemption=min_runtime,
+        max_share_duration=longest,
+        allowed_classes=frozenset(read.strings(spec.get("allowedClasses"), "spec.allowedClasses")),
     )
 
 
@@ -218,18 +275,57 @@ def parse_policy(documents: Sequence[Any]) -> PolicyConfig:
             pools[name] = _pool(name, spec)
         else:
             queues[name] = _queue(name, spec)
-    owner: dict[str, str] = {}
     for queue in queues.values():
         for quota in queue.quotas:
             if quota.pool not in pools and quota.pool != DEFAULT_POOL:
                 raise PolicyConfigError(
                     f"GPUQueue {queue.name}: spec.quotas: unknown pool {quota.pool!r}"
                 )
-        for namespace in sorted(queue.namespaces):
-            if namespace in owner:
-                raise PolicyConfigError(
-                    f"GPUQueue {queue.name}: spec.namespaces: {namespace!r} is already in queue "
-                    f"{owner[namespace]!r}; a namespace belongs to one queue"
-                )
-            owner[namespace] = queue.name
     return PolicyConfig(pools=tuple(pools.values()), queues=tuple(queues.values()))
+
+
+ObjectProblems = dict[tuple[str, str], str]
+"""Per ``(kind, name)``, the parser's message (naming the field) for an object left out."""
+
+
+def _named(kind: str, obj: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    name = name if isinstance(name, str) else ""
+    return name, {"kind": kind, "metadata": {"name": name}, "spec": obj.get("spec")}
+
+
+def _by_name(named: tuple[str, dict[str, Any]]) -> str:
+    return named[0]
+
+
+def parse_objects(
+    pools: Iterable[Mapping[str, Any]], queues: Iterable[Mapping[str, Any]]
+) -> tuple[PolicyConfig, ObjectProblems]:
+    """The usable pools and queues among API objects, and why each unusable one was left out.
+
+    Each object is parsed on its own (a queue against the usable pools), in name order, so one
+    bad object (a quota naming a pool that does not exist yet, a pool called ``default``) never
+    stops the others: every process that reads the objects leaves out exactly the same ones.
+
+    Args:
+        pools: GPUPool objects as JSON (``metadata.name`` and ``spec`` are read).
+        queues: GPUQueue objects as JSON.
+    """
+    problems: ObjectProblems = {}
+    pool_docs: list[dict[str, Any]] = []
+    pool_specs: list[PoolSpec] = []
+    for name, document in sorted((_named("GPUPool", obj) for obj in pools), key=_by_name):
+        try:
+            pool_specs.extend(parse_policy([document]).pools)
+        except PolicyConfigError as error:
+            problems[("GPUPool", name)] = str(error)
+            continue
+        pool_docs.append(document)
+    queue_specs: list[QueueSpec] = []
+    for name, document in sorted((_named("GPUQueue", obj) for obj in queues), key=_by_name):
+        try:
+            queue_specs.extend(parse_policy([*pool_docs, document]).queues)
+        except PolicyConfigError as error:
+            problems[("GPUQueue", name)] = str(error)
+    return PolicyConfig(pools=tuple(pool_specs), queues=tuple(queue_specs)), problems

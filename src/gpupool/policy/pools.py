@@ -1,14 +1,15 @@
 """Which nodes form which pool, and which pools a pod may enter.
 
-Membership is decided once per node inventory: a node belongs to the one pool whose selector it
-matches. Two rules close the gaps a selector leaves:
+Membership is decided once per node inventory by :func:`gpupool.policy.membership.node_pool`,
+the rule every process uses: a node belongs to the one pool whose selector it matches, to the
+implicit pool ``default`` (mode Any) when none does, and to **none** when two or more do. Such a
+node is listed in :attr:`PoolLayout.conflicts` (the live controller reports it as a condition on
+each of those pools) and takes no GPU pods until the selectors are fixed: guessing a winner could
+let shared workloads onto a node an operator meant to be exclusive; refusing both cannot.
 
-* a node no pool selects belongs to the implicit pool ``default`` (mode Any), so a cluster with
-  no GPUPool objects behaves exactly as before pools existed;
-* a node that two or more pools select belongs to **none**: it is listed in
-  :attr:`PoolLayout.conflicts` (the live controller reports it as a condition on each of those
-  pools) and takes no GPU pods until the selectors are fixed. Guessing a winner could let shared
-  workloads onto a node an operator meant to be exclusive; refusing both cannot.
+Every member node's GPUs are limited to :func:`gpupool.policy.membership.pods_per_gpu` pods (the
+number of devices the node agent advertises per GPU, so the kubelet admits every pod bound), and
+a Shared pool's overcommit is set on them, before anything is bound.
 
 Routing a pod that names no pool: the pools whose mode accepts its request shape (Exclusive:
 whole GPUs, Shared: fractions, MIG: slices; CPU-only pods go anywhere), whose allowed classes and
@@ -25,9 +26,10 @@ import numpy as np
 
 from gpupool.core.filtering import NodeCheck
 from gpupool.core.model import NodeSpec, RequestKind
-from gpupool.core.snapshot import BoolArray, ClusterSnapshot, IntArray
-from gpupool.policy.spec import DEFAULT_POOL, MODEL_LABEL, PoolMode, PoolSpec
-from gpupool.policy.units import MILLI_UNITS
+from gpupool.core.snapshot import UNLIMITED_PODS_PER_GPU, BoolArray, ClusterSnapshot, IntArray
+from gpupool.policy.membership import node_labels, node_pool, pods_per_gpu
+from gpupool.policy.spec import IMPLICIT_DEFAULT_POOL, PoolMode, PoolSpec
+from gpupool.policy.units import node_milli_units
 from gpupool.policy.workload import Workload
 
 EXCLUSIVE_CLASSES = frozenset({"training", "serving", "critical", "serving-critical"})
@@ -45,14 +47,6 @@ _KIND_MODES: dict[RequestKind, tuple[PoolMode, ...]] = {
 }
 
 
-def node_labels(node: NodeSpec) -> dict[str, str]:
-    """A node's labels plus the GPU model under :data:`MODEL_LABEL`."""
-    labels = dict(node.labels)
-    if node.gpu_model:
-        labels.setdefault(MODEL_LABEL, node.gpu_model)
-    return labels
-
-
 @dataclass(frozen=True, slots=True)
 class PoolLayout:
     """The pools of one node inventory.
@@ -62,10 +56,12 @@ class PoolLayout:
         node_pool: Pool index per node; :data:`NO_POOL` for nodes two pools select.
         masks: Per pool, the member nodes (read-only).
         conflicts: Node name and the pools that all select it.
-        capacity: Per pool, GPU capacity in milli-units.
+        capacity: Per pool, GPU capacity in milli-units: its whole GPUs and its MIG slices
+            (:func:`~gpupool.policy.units.node_milli_units`).
         reference_memory: Per pool, the smallest known GPU memory in MiB (0 if unknown): a
             pending share's memory fraction is taken against it.
         node_count: Per pool, its member nodes; routing skips empty pools.
+        pods_per_gpu: Per node, the most pods one of its GPUs may hold (0: in no pool).
     """
 
     pools: tuple[PoolSpec, ...]
@@ -75,53 +71,81 @@ class PoolLayout:
     capacity: IntArray
     reference_memory: IntArray
     node_count: IntArray
+    pods_per_gpu: IntArray
 
     @classmethod
-    def build(cls, pools: Sequence[PoolSpec], nodes: Sequence[NodeSpec]) -> PoolLayout:
-        """Assign every node to at most one pool."""
-        every = (*pools, PoolSpec(name=DEFAULT_POOL, mode=PoolMode.ANY))
-        default_index = len(every) - 1
-        node_pool = np.full(len(nodes), default_index, dtype=np.int64)
+    def build(
+        cls,
+        pools: Sequence[PoolSpec],
+        nodes: Sequence[NodeSpec],
+        default_pool: PoolSpec = IMPLICIT_DEFAULT_POOL,
+    ) -> PoolLayout:
+        """Assign every node to at most one pool.
+
+        Args:
+            pools: The GPUPools.
+            nodes: The node inventory.
+            default_pool: The implicit pool of the nodes no pool selects (its pods-per-GPU limit
+                comes from :meth:`~gpupool.policy.spec.PolicyConfig.default_pool`).
+        """
+        every = (*pools, default_pool)
+        index = {pool.name: p for p, pool in enumerate(every)}
+        node_pool_index = np.full(len(nodes), NO_POOL, dtype=np.int64)
+        slots = np.zeros(len(nodes), dtype=np.int64)
         conflicts: list[tuple[str, tuple[str, ...]]] = []
         for i, node in enumerate(nodes):
-            labels = node_labels(node)
-            chosen = [p for p, pool in enumerate(pools) if pool.selects(labels)]
-            if len(chosen) == 1:
-                node_pool[i] = chosen[0]
-            elif chosen:
-                node_pool[i] = NO_POOL
-                conflicts.append((node.name, tuple(pools[p].name for p in chosen)))
+            found = node_pool(pools, node_labels(node))
+            if found.pool is None:
+                conflicts.append((node.name, found.contested))
+                continue
+            p = index[found.pool.name]
+            node_pool_index[i] = p
+            slots[i] = pods_per_gpu(every[p])
         masks = []
         for p in range(len(every)):
-            mask = node_pool == p
+            mask = node_pool_index == p
             mask.setflags(write=False)
             masks.append(mask)
-        gpus = np.array([node.gpu_count for node in nodes], dtype=np.int64)
+        node_milli = np.array([node_milli_units(node) for node in nodes], dtype=np.int64)
         memory = np.array([node.gpu_memory_mib for node in nodes], dtype=np.int64)
-        capacity = np.array([int(gpus[m].sum()) * MILLI_UNITS for m in masks], dtype=np.int64)
+        capacity = np.array([int(node_milli[m].sum()) for m in masks], dtype=np.int64)
         reference = np.array(
             [int(memory[m & (memory > 0)].min()) if (m & (memory > 0)).any() else 0 for m in masks],
             dtype=np.int64,
         )
         counts = np.array([int(m.sum()) for m in masks], dtype=np.int64)
-        return cls(every, node_pool, tuple(masks), tuple(conflicts), capacity, reference, counts)
+        return cls(
+            every,
+            node_pool_index,
+            tuple(masks),
+            tuple(conflicts),
+            capacity,
+            reference,
+            counts,
+            slots,
+        )
 
     def index(self, name: str) -> int | None:
         """Index of the pool called ``name``."""
         return next((p for p, pool in enumerate(self.pools) if pool.name == name), None)
 
     def apply_sharing(self, snapshot: ClusterSnapshot) -> None:
-        """Give Shared pools' nodes their pod-per-GPU limit and overcommit (before any bind)."""
+        """Give every pool's nodes their pods-per-GPU limit, and Shared pools their overcommit.
+
+        Called on a fresh snapshot, before any bind. A node two pools select is left as it is:
+        no pool's mask contains it, so no GPU pod is placed there. A pool that limits nothing
+        (the FGD protocol's default pool) is left as it is too, so its filters keep their
+        fastest path.
+        """
         for p, pool in enumerate(self.pools):
-            if pool.mode is not PoolMode.SHARED:
+            members = np.flatnonzero(self.masks[p])
+            if not len(members):
                 continue
-            for node in np.flatnonzero(self.masks[p]):
-                snapshot.configure_gpu_sharing(
-                    int(node),
-                    pool.max_pods_per_gpu,
-                    pool.compute_overcommit,
-                    pool.memory_overcommit,
-                )
+            slots = int(self.pods_per_gpu[members[0]])
+            overcommit = (pool.compute_overcommit, pool.memory_overcommit)
+            if slots == UNLIMITED_PODS_PER_GPU and overcommit == (1.0, 1.0):
+                continue
+            snapshot.configure_gpu_sharing(members, slots, *overcommit)
 
     def node_checks(self, pool: int) -> tuple[NodeCheck, ...]:
         """The filter check that keeps a pod inside ``pool`` (none when the pool is every node)."""

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from gpupool.core.snapshot import BoolArray, IntArray
+from gpupool.policy.membership import pod_queue
 from gpupool.policy.pools import PoolLayout
 from gpupool.policy.spec import DEFAULT_QUEUE, QueueSpec
 from gpupool.policy.units import format_units
@@ -41,8 +42,6 @@ class QueueTables:
 
     Attributes:
         queues: The configured queues, plus the default queue if none is called ``default``.
-        namespace_queue: Namespace to queue index (unlisted namespaces: the default queue).
-        default_queue: Index of the default queue.
         priority: Queue priority.
         weight: Fair-share weight.
         guaranteed: Guarantee per queue and pool, milli-units.
@@ -56,8 +55,6 @@ class QueueTables:
     """
 
     queues: tuple[QueueSpec, ...]
-    namespace_queue: dict[str, int]
-    default_queue: int
     priority: IntArray
     weight: FloatArray
     guaranteed: IntArray
@@ -66,6 +63,8 @@ class QueueTables:
     reclaimable: BoolArray
     min_runtime: FloatArray
     limited: bool
+    _charged: dict[tuple[str, str], int] = field(default_factory=dict, repr=False, compare=False)
+    """:meth:`queue_of`'s answers so far (a handful of namespaces and labels per cluster)."""
 
     @classmethod
     def build(cls, queues: Sequence[QueueSpec], layout: PoolLayout) -> QueueTables:
@@ -90,8 +89,6 @@ class QueueTables:
         )
         return cls(
             queues=tuple(every),
-            namespace_queue={ns: q for q, queue in enumerate(every) for ns in queue.namespaces},
-            default_queue=next(q for q, queue in enumerate(every) if queue.name == DEFAULT_QUEUE),
             priority=np.array([q.priority for q in every], dtype=np.int64),
             weight=np.array([q.weight for q in every], dtype=np.float64),
             guaranteed=guaranteed,
@@ -104,13 +101,19 @@ class QueueTables:
             ),
         )
 
-    def queue_of(self, namespace: str, name: str = "") -> int:
-        """Queue index for a pod: ``name`` if it is a queue, else by namespace, else default."""
-        if name:
-            for q, queue in enumerate(self.queues):
-                if queue.name == name:
-                    return q
-        return self.namespace_queue.get(namespace, self.default_queue)
+    def queue_of(self, namespace: str, label: str = "") -> int:
+        """Index of the queue a pod of ``namespace`` with queue label ``label`` is charged to.
+
+        The rule is :func:`gpupool.policy.membership.pod_queue` (a label counts only if its
+        queue serves the namespace); answers are remembered, since every cycle asks per pod.
+        """
+        key = (namespace, label)
+        found = self._charged.get(key)
+        if found is None:
+            name = pod_queue(self.queues, namespace, label)
+            found = next(q for q, queue in enumerate(self.queues) if queue.name == name)
+            self._charged[key] = found
+        return found
 
 
 class Ledger:

@@ -5,20 +5,32 @@ These are what the API server has already validated in a live cluster and what
 nothing else. Quantities in GPU units are held as integer milli-units (:mod:`.units`).
 
 Two objects exist even when nobody wrote them, so that a cluster without any GPUPool or GPUQueue
-behaves exactly as before: the pool :data:`DEFAULT_POOL` (every node no pool selects; accepts
-every kind of request, class and queue) and the queue :data:`DEFAULT_QUEUE` (every namespace no
-queue lists; priority 0, weight 1, no guarantee, no ceiling below the pool's size).
+behaves as before pools existed: the pool :data:`IMPLICIT_DEFAULT_POOL` (every node no pool
+selects; accepts every kind of request, class and queue; :data:`DEFAULT_MAX_PODS_PER_GPU` pods per
+GPU) and the queue :data:`DEFAULT_QUEUE` (every namespace no queue serves; priority 0, weight 1, no
+guarantee, no ceiling below the pool's size).
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from gpupool.core.model import RequestKind
 
 DEFAULT_POOL = "default"
 DEFAULT_QUEUE = "default"
+DEFAULT_MAX_PODS_PER_GPU = 4
+"""Pods one GPU may hold in a Shared pool that sets no ``maxPodsPerGPU`` (the CRD's default) and
+in the implicit default pool. The scheduler, the node agent (which advertises this many devices
+per GPU, so a kubelet admits exactly the shares the scheduler binds) and the docs use this one
+number: with no GPUPool at all, a scheduler allowing more than the agent advertised bound shares
+that the kubelet then refused (``UnexpectedAdmissionError``)."""
+DEFAULT_IDLE_GRACE = 1800.0
+"""Seconds a pod may stay idle before it is warned when a pool sets no ``idleGrace``."""
+DEFAULT_RECLAIM_GRACE = 300.0
+"""Seconds between a warning and the reclaim when a pool sets no ``reclaimGrace``."""
 MODEL_LABEL = "gpupool.io/gpu-model"
 """The node label naming the GPU model; a pool's selector may use it on every node, because
 the inventory's model is exposed under it (the same name as ``kube.vocabulary.LABEL_GPU_MODEL``).
@@ -47,6 +59,32 @@ _KINDS: dict[PoolMode, frozenset[RequestKind]] = {
 
 
 @dataclass(frozen=True, slots=True)
+class GovernanceSpec:
+    """A GPUPool's ``spec.governance``: when its pods are reclaimed (seconds and percent).
+
+    The governance rules take these fields as they are (:class:`gpupool.governance.rules.Limits`
+    extends this class with what the rules add), so a setting has one name from the CRD to the
+    rule.
+
+    Attributes:
+        idle_threshold_percent: ``idleThreshold.gpuUtilPercent``: a pod whose SM utilisation
+            stays below this is idle; ``None`` turns idle reclaim off.
+        idle_period: ``idleGrace``: how long a pod may stay idle before it is warned.
+        grace: ``reclaimGrace``: time between the warning and the reclaim.
+        max_share_duration: ``maxShareDuration``: the longest a share may be held; ``None`` for
+            no limit.
+        exempt_classes: ``exemptClasses``: ``gpupool.io/class`` values never reclaimed (idle or
+            duration).
+    """
+
+    idle_threshold_percent: float | None = None
+    idle_period: float = DEFAULT_IDLE_GRACE
+    grace: float = DEFAULT_RECLAIM_GRACE
+    max_share_duration: float | None = None
+    exempt_classes: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSpec:
     """One GPUPool.
 
@@ -54,11 +92,14 @@ class PoolSpec:
         name: Pool name.
         mode: Exclusive, MIG or Shared (Any only for the implicit default pool).
         node_selector: Labels a node must all carry to belong to the pool.
-        max_pods_per_gpu: Shared pools: most pods on one GPU.
+        max_pods_per_gpu: Shared pools and the implicit default pool: most pods on one GPU
+            (read it through :func:`gpupool.policy.membership.pods_per_gpu`; the default pool's
+            ``None`` is no limit).
         memory_overcommit: Shared pools: GPU memory handed out per physical MiB (1.0..4.0).
         compute_overcommit: Shared pools: compute handed out per device (1.0..4.0).
         allowed_classes: ``gpupool.io/class`` values that may enter; empty means every class.
         allowed_queues: Queue names that may enter; empty means every queue.
+        governance: Idle and share-duration reclaim.
     """
 
     name: str
@@ -69,12 +110,13 @@ class PoolSpec:
     compute_overcommit: float = 1.0
     allowed_classes: frozenset[str] = field(default_factory=frozenset)
     allowed_queues: frozenset[str] = field(default_factory=frozenset)
+    governance: GovernanceSpec = field(default_factory=GovernanceSpec)
 
     def admits_kind(self, kind: RequestKind) -> bool:
         """Whether the pool's mode accepts a request of this shape (CPU-only pods always)."""
         return kind in _KINDS[self.mode]
 
-    def selects(self, labels: dict[str, str]) -> bool:
+    def selects(self, labels: Mapping[str, str]) -> bool:
         """Whether a node with ``labels`` matches the selector (an empty selector matches all)."""
         return all(labels.get(key) == value for key, value in self.node_selector)
 
@@ -107,6 +149,10 @@ class QueueSpec:
         max_concurrent_pods: Most running pods of the queue; ``None`` for no limit.
         reclaimable: Whether what it borrows above its guarantee may be reclaimed.
         min_runtime_before_preemption: Seconds a pod runs before it may be preempted.
+        max_share_duration: The longest a pod of the queue holds a share (the shorter of this
+            and its pool's applies); ``None`` for no limit.
+        allowed_classes: ``gpupool.io/class`` values the queue's pods may use; empty means
+            every class (:func:`gpupool.policy.membership.pod_class`).
     """
 
     name: str
@@ -117,10 +163,27 @@ class QueueSpec:
     max_concurrent_pods: int | None = None
     reclaimable: bool = True
     min_runtime_before_preemption: float = 0.0
+    max_share_duration: float | None = None
+    allowed_classes: frozenset[str] = field(default_factory=frozenset)
+
+    def allows_class(self, workload_class: str) -> bool:
+        """Whether a pod of this queue may use ``workload_class`` (no class: always)."""
+        return (
+            not workload_class
+            or not self.allowed_classes
+            or (workload_class in self.allowed_classes)
+        )
 
     def quota(self, pool: str) -> QuotaSpec | None:
         """The quota entry for ``pool``, if any."""
         return next((quota for quota in self.quotas if quota.pool == pool), None)
+
+
+IMPLICIT_DEFAULT_POOL = PoolSpec(
+    name=DEFAULT_POOL, mode=PoolMode.ANY, max_pods_per_gpu=DEFAULT_MAX_PODS_PER_GPU
+)
+"""The pool of every node no GPUPool selects: every kind, class and queue, and the default
+number of pods per GPU (the agent advertises the same number on such a node)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +193,19 @@ class PolicyConfig:
     Attributes:
         pools: The GPUPools.
         queues: The GPUQueues.
+        default_pool_max_pods_per_gpu: Pods per GPU on the nodes no pool selects. ``None`` is
+            no limit, which only the FGD trace protocol uses (its published placements know no
+            per-GPU pod limit, and ``gpupool bench placement`` must reproduce them); every
+            cluster, the demo and ``sim dynamic`` keep the default, the number the node agent
+            advertises.
     """
 
     pools: tuple[PoolSpec, ...] = ()
     queues: tuple[QueueSpec, ...] = ()
+    default_pool_max_pods_per_gpu: int | None = DEFAULT_MAX_PODS_PER_GPU
+
+    def default_pool(self) -> PoolSpec:
+        """The implicit default pool with this config's pods-per-GPU limit."""
+        if self.default_pool_max_pods_per_gpu == IMPLICIT_DEFAULT_POOL.max_pods_per_gpu:
+            return IMPLICIT_DEFAULT_POOL
+        return replace(IMPLICIT_DEFAULT_POOL, max_pods_per_gpu=self.default_pool_max_pods_per_gpu)

@@ -1,7 +1,8 @@
 """What the policy knows about a pod beyond its resource request.
 
-:class:`~gpupool.core.model.PodSpec` stays the core's resource request and gains nothing
-Kubernetes-specific; the tenant, priority, class, pool wish and timing live here, in a record
+:class:`~gpupool.core.model.PodSpec` is what the pod asks of a node (resources, allowed models,
+node selector, affinity and tolerations: every filter reads it there, so none can miss a check);
+who the pod is to the policy (tenant, priority, class, pool wish, timing) lives here, in a record
 the live scheduler builds from a pod object and the simulator from its arrival process.
 """
 
@@ -18,14 +19,16 @@ class Workload:
 
     Attributes:
         pod: The resource request (its ``name`` is the workload's identity).
-        namespace: Namespace; decides the queue unless ``queue`` is set.
+        namespace: Namespace; with ``queue``, decides the queue
+            (:func:`gpupool.policy.membership.pod_queue`).
         priority: Pod priority inside its queue (``spec.priority``); higher preempts lower.
         workload_class: ``gpupool.io/class`` (training, serving, inference, dev, ...).
         pool: Pool the pod asks for; empty lets routing choose.
         created_at: Arrival time in seconds; older goes first among equals.
         expected_runtime: Declared runtime in seconds (``gpupool.io/expected-runtime``), or
             ``None`` to use a learned estimate.
-        queue: Queue name when the caller resolved it already; empty to resolve by namespace.
+        queue: The queue the pod names (its ``gpupool.io/queue`` label), as written: it counts
+            only if that queue serves ``namespace``; empty to go by namespace alone.
     """
 
     pod: PodSpec

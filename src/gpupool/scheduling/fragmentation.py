@@ -69,6 +69,7 @@ class FragmentationIndex:
                 stale,
                 snapshot.gpu_free_total[stale],
                 snapshot.cpu_free[stale],
+                snapshot.memory_free[stale],
                 self.count[stale],
                 self.big[stale],
             )
@@ -80,6 +81,7 @@ class FragmentationIndex:
         rows: IntArray,
         gpu_total: IntArray,
         cpu: IntArray,
+        memory: IntArray,
         count: IntArray,
         big: FloatArray,
     ) -> FloatArray:
@@ -89,17 +91,29 @@ class FragmentationIndex:
             rows: Node index of each state (may repeat).
             gpu_total: Free GPU milli of each state.
             cpu: Free CPU of each state.
+            memory: Free memory of each state (FGD's measure ignores it).
             count: ``cnt`` per state and shape.
             big: ``big`` per state and shape (integer-valued floats, so sums stay exact).
         """
+        usable: FloatArray = self.usable(rows, cpu, memory, count, big) @ self.workload.weight
+        return self.total_weight * gpu_total - usable
+
+    def shape_fits(self, rows: IntArray, cpu: IntArray, count: IntArray) -> BoolArray:
+        """Per state and shape: the node has the model, enough fitting GPUs and the CPU."""
         wl = self.workload
-        fits = (
+        fits: BoolArray = (
             self.access[rows]
             & (count >= wl.gpu_count[None, :])
             & (cpu[:, None] >= wl.cpu_milli[None, :])
         )
-        usable: FloatArray = (big * fits) @ wl.weight
-        return self.total_weight * gpu_total - usable
+        return fits
+
+    def usable(
+        self, rows: IntArray, cpu: IntArray, memory: IntArray, count: IntArray, big: FloatArray
+    ) -> FloatArray:
+        """Per state and shape, the free GPU milli the shape can use: ``big`` where it fits."""
+        usable: FloatArray = big * self.shape_fits(rows, cpu, count)
+        return usable
 
     def node_fragmentation(self, snapshot: ClusterSnapshot) -> FloatArray:
         """Per-node fragmentation in milli-GPU."""
@@ -112,6 +126,7 @@ class FragmentationIndex:
         touched: IntArray,
         share: int,
         cpu: int,
+        memory: int = 0,
     ) -> FloatArray:
         """Fragmentation (times ``W``) if each node in ``rows`` gave ``share`` milli to each GPU.
 
@@ -121,6 +136,7 @@ class FragmentationIndex:
             touched: Free milli of the GPUs each state takes from, shape ``(states, k)``.
             share: Milli taken from each touched GPU.
             cpu: CPU taken from the node.
+            memory: Memory taken from the node.
         """
         u = self.workload.gpu_milli
         if touched.shape[1] == 1:
@@ -139,4 +155,65 @@ class FragmentationIndex:
             count = self.count[rows] + (fit_after3.sum(axis=1) - fit_before3.sum(axis=1))
             big = self.big[rows] + (fit_after3 * after3 - fit_before3 * before3).sum(axis=1)
         gpu_total = snapshot.gpu_free_total[rows] - share * touched.shape[1]
-        return self.scaled_after(rows, gpu_total, snapshot.cpu_free[rows] - cpu, count, big)
+        return self.scaled_after(
+            rows,
+            gpu_total,
+            snapshot.cpu_free[rows] - cpu,
+            snapshot.memory_free[rows] - memory,
+            count,
+            big,
+        )
+
+
+class ResourceAwareIndex(FragmentationIndex):
+    """FGD's measure, with the GPU a shape can use capped by the node's CPU and memory.
+
+    FGD counts all of ``big_m`` as usable by shape ``m`` as soon as *one* pod of ``m`` fits
+    the node's CPU. A node of 8 free GPUs and 12 free vCPU is then as good for 1-GPU pods of
+    11 vCPU as one with 96 vCPU, although only one of its GPUs can ever be used; FGD only sees
+    the loss when the last pod's worth of CPU goes, so it lets CPU-only and CPU-heavy pods
+    drain the CPU of nodes whose GPUs then stay idle. Here shape ``m`` can use at most as
+    much GPU as the copies of it that the free CPU and memory hold would take::
+
+        usable_m = min(big_m, floor(cpu * G_m / c_m), floor(memory * G_m / mem_m))
+
+    with ``G_m = k_m * u_m`` the shape's GPU milli (floored so that sums stay exact). Memory
+    enters only when the workload knows each shape's memory (the online learner does) and
+    ``use_memory`` is left on (``bench/placement_ablation.py`` turns it off to measure it), and
+    a shape then also needs its memory to fit at all.
+    """
+
+    def __init__(
+        self, snapshot: ClusterSnapshot, workload: TargetWorkload, *, use_memory: bool = True
+    ) -> None:
+        gpu_milli = (workload.gpu_count * workload.gpu_milli).astype(np.float64)
+        self._gpu_per_cpu = gpu_milli / np.maximum(workload.cpu_milli, 1)
+        memory = workload.memory_mib if use_memory else None
+        self._memory_need = memory
+        self._gpu_per_memory = None if memory is None else gpu_milli / np.maximum(memory, 1.0)
+        super().__init__(snapshot, workload)
+
+    def usable(
+        self, rows: IntArray, cpu: IntArray, memory: IntArray, count: IntArray, big: FloatArray
+    ) -> FloatArray:
+        """As :meth:`FragmentationIndex.usable`, with CPU and memory capping ``big``.
+
+        The arrays are ``states x shapes`` (about 2,000 x 35 for a share on the openb cluster),
+        so every step works in place: each temporary of that size costs as much as the
+        arithmetic on it.
+        """
+        fits = self.shape_fits(rows, cpu, count)
+        usable = _floored_outer(cpu, self._gpu_per_cpu)
+        np.minimum(usable, big, out=usable)
+        if self._gpu_per_memory is not None and self._memory_need is not None:
+            fits &= memory[:, None] >= self._memory_need[None, :]
+            np.minimum(usable, _floored_outer(memory, self._gpu_per_memory), out=usable)
+        usable *= fits
+        return usable
+
+
+def _floored_outer(amounts: IntArray, per_unit: FloatArray) -> FloatArray:
+    """``floor(amounts[:, None] * per_unit[None, :])``: GPU milli that the amounts can feed."""
+    out: FloatArray = np.multiply.outer(amounts.astype(np.float64), per_unit)
+    np.floor(out, out=out)
+    return out

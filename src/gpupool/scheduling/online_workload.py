@@ -3,8 +3,10 @@
 A real scheduler is never handed the trace: it sees pods one at a time. :class:`OnlineWorkload`
 keeps an exponentially decayed count per request shape (the same shape key FGD uses), so the
 mix tracks drift, and turns it into a :class:`~gpupool.scheduling.workload.TargetWorkload`
-every few pods. Decay is applied lazily: instead of multiplying every count by ``gamma`` on
-each arrival, new arrivals are added with weight ``gamma ** -n``; only the ratios matter.
+every few pods, with the mean memory request of each shape (the key has no memory, but a node
+whose memory runs out strands its GPUs as surely as one whose CPU does). Decay is applied
+lazily: instead of multiplying every count by ``gamma`` on each arrival, new arrivals are added
+with weight ``gamma ** -n``; only the ratios matter.
 
 Weights are rounded to integers (after scaling) when the workload is built, so that the
 fragmentation sums computed from them stay exact (see :mod:`gpupool.scheduling.workload`).
@@ -57,18 +59,23 @@ class OnlineWorkload:
         self._growth = 2.0 ** (1.0 / half_life)
         self._boost = 1.0
         self._counts: defaultdict[ShapeKey, float] = defaultdict(float)
+        self._memory: defaultdict[ShapeKey, float] = defaultdict(float)
+        """Decayed sum of the memory requests per shape, weighted as ``_counts``."""
         self._since_build = 0
         self._built: TargetWorkload | None = None
         self.observed = 0
 
     def observe(self, pod: PodSpec) -> None:
         """Count one arrival."""
-        self._counts[shape_key(pod)] += self._boost
+        key = shape_key(pod)
+        self._counts[key] += self._boost
+        self._memory[key] += self._boost * pod.memory_mib
         self._boost *= self._growth
         self.observed += 1
         self._since_build += 1
         if self._boost > 1e100:  # renormalise long before floats overflow
-            self._counts = defaultdict(float, {k: v / self._boost for k, v in self._counts.items()})
+            self._counts = _scaled(self._counts, 1.0 / self._boost)
+            self._memory = _scaled(self._memory, 1.0 / self._boost)
             self._boost = 1.0
         if len(self._counts) > MAX_SHAPES:
             self._prune()
@@ -82,6 +89,7 @@ class OnlineWorkload:
             reverse=True,
         )[: MAX_SHAPES // 2]
         self._counts = defaultdict(float, {k: v for v, k in kept})
+        self._memory = defaultdict(float, {k: self._memory[k] for _, k in kept})
 
     def shares(self) -> dict[ShapeKey, float]:
         """Current decayed share of each shape (sums to 1)."""
@@ -99,6 +107,11 @@ class OnlineWorkload:
                 key: max(1.0, round(value / top * WEIGHT_RESOLUTION))
                 for key, value in self._counts.items()
             }
-            self._built = TargetWorkload.from_counts(scaled, self.coverage)
+            memory = {key: self._memory[key] / value for key, value in self._counts.items()}
+            self._built = TargetWorkload.from_counts(scaled, self.coverage, memory)
             self._since_build = 0
         return self._built
+
+
+def _scaled(values: dict[ShapeKey, float], factor: float) -> defaultdict[ShapeKey, float]:
+    return defaultdict(float, {key: value * factor for key, value in values.items()})

@@ -45,6 +45,10 @@ class TargetWorkload:
         gpu_count: GPUs per shape.
         gpu_models: Allowed models per shape (empty: any).
         weight: Non-negative weight per shape (counts for the oracle workload).
+        memory_mib: Mean memory request per shape, when known (the online learner records it;
+            FGD's key has no memory, so its oracle workload has none). Memory decides where a
+            node's GPUs can still be used as much as CPU does: a node whose memory is gone
+            strands its GPUs just the same.
     """
 
     cpu_milli: npt.NDArray[np.int64]
@@ -52,6 +56,7 @@ class TargetWorkload:
     gpu_count: npt.NDArray[np.int64]
     gpu_models: tuple[frozenset[str], ...]
     weight: npt.NDArray[np.float64]
+    memory_mib: npt.NDArray[np.float64] | None = None
 
     @property
     def size(self) -> int:
@@ -65,9 +70,14 @@ class TargetWorkload:
 
     @classmethod
     def from_counts(
-        cls, counts: Mapping[ShapeKey, float], coverage: float = DEFAULT_COVERAGE
+        cls,
+        counts: Mapping[ShapeKey, float],
+        coverage: float = DEFAULT_COVERAGE,
+        memory: Mapping[ShapeKey, float] | None = None,
     ) -> TargetWorkload:
         """The most common shapes covering ``coverage`` of the total weight.
+
+        ``memory`` gives the mean memory request of each shape (a shape it lacks gets 0).
 
         Raises:
             ValueError: ``counts`` is empty or ``coverage`` is outside (0, 1].
@@ -91,6 +101,9 @@ class TargetWorkload:
             gpu_count=np.array([key[2] for key, _ in kept], dtype=np.int64),
             gpu_models=tuple(frozenset(filter(None, key[3].split("|"))) for key, _ in kept),
             weight=np.array([count for _, count in kept], dtype=np.float64),
+            memory_mib=None
+            if memory is None
+            else np.array([memory.get(key, 0.0) for key, _ in kept], dtype=np.float64),
         )
 
     @classmethod

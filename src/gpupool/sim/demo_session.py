@@ -58,7 +58,7 @@ class Summary:
     """What the demo shows in the terminal."""
 
     now: float
-    gpus: int
+    capacity_units: float
     allocated_units: float
     running: int
     pending: int
@@ -130,7 +130,7 @@ class DemoSession:
             reasons = Counter(_short(reason) for reason in cluster.reasons.values())
             return Summary(
                 now=cluster.now,
-                gpus=cluster.snapshot.total_gpus,
+                capacity_units=int(layout.capacity.sum()) / MILLI_UNITS,
                 allocated_units=int(cluster.ledger.used.sum()) / MILLI_UNITS,
                 running=len(cluster.running),
                 pending=len(cluster.pending),

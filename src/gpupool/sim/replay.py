@@ -1,9 +1,12 @@
 """Replay a list of arrivals through the scheduler on a simulated cluster.
 
 Arrivals only, as in the published protocol: each pod is scheduled once; it is bound or it fails
-for good (no retry, no preemption, no departures). After every event the replay records the
-allocated and arrived GPU milli and the cluster's fragmentation against the metric workload,
-so that the curves of :mod:`gpupool.sim.metrics` can be drawn.
+for good (no retry, no preemption, no departures). The protocol knows no per-GPU pod limit
+(shares are bounded by compute and memory only), so the replay sets none
+(:data:`PROTOCOL_POLICY`), where a cluster, the demo and ``sim dynamic`` limit every GPU to its
+pool's pods per GPU; the placements stay those of the published results. After every event the
+replay records the allocated and arrived GPU milli and the cluster's fragmentation against the
+metric workload, so that the curves of :mod:`gpupool.sim.metrics` can be drawn.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from gpupool.core.snapshot import ClusterSnapshot, IntArray
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.spec import PolicyConfig
 from gpupool.policy.workload import Running, Workload
-from gpupool.scheduling.engine import Admit, CycleRequest, PolicyEngine, Wait
+from gpupool.scheduling.cycle_request import cycle_request
+from gpupool.scheduling.decisions import Admit, Wait
+from gpupool.scheduling.engine import PolicyEngine
 from gpupool.scheduling.fragmentation import FragmentationIndex
 from gpupool.scheduling.workload import TargetWorkload
 
@@ -31,6 +36,8 @@ ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(done, total)`` every few hundred pods."""
 
 PROGRESS_EVERY = 500
+PROTOCOL_POLICY = PolicyConfig(default_pool_max_pods_per_gpu=None)
+"""The FGD trace protocol as a policy: no GPUPool, no GPUQueue, no per-GPU pod limit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +74,8 @@ def _engine_step(
     snapshot: ClusterSnapshot, scheduler: Scheduler, nodes: Sequence[NodeSpec]
 ) -> Callable[[PodSpec, float], Decision]:
     """One arrival through the policy engine, as a core decision (the replay binds it)."""
-    policy = ClusterPolicy.build(PolicyConfig(), nodes)
+    policy = ClusterPolicy.build(PROTOCOL_POLICY, nodes)
+    policy.prepare(snapshot)
     engine = PolicyEngine(scheduler, policy)
     ledger = policy.new_ledger()
     running: dict[str, Running] = {}
@@ -75,7 +83,7 @@ def _engine_step(
     def decide(pod: PodSpec, now: float) -> Decision:
         workload = Workload(pod=pod, created_at=now)
         engine.observe(workload)
-        outcome = engine.cycle(CycleRequest(snapshot, (workload,), running, ledger, now))
+        outcome = engine.cycle(cycle_request(snapshot, (workload,), running, ledger, now))
         decision = outcome.decisions[0]
         if isinstance(decision, Admit):
             record = decision.running(now)
@@ -102,13 +110,13 @@ def replay(
     """Schedule ``arrivals`` one by one on a fresh cluster of ``nodes``.
 
     With ``policy_engine`` every pod goes through
-    :class:`~gpupool.scheduling.engine.PolicyEngine` with no GPUPool or GPUQueue (the implicit
+    :class:`~gpupool.scheduling.engine.PolicyEngine` with :data:`PROTOCOL_POLICY` (the implicit
     default pool and queue, no limits), as the live scheduler runs it; the placements are the
     same, and ``bench/engine_overhead.py`` measures what the policy layer costs.
     """
     started = time.perf_counter()
     started_cpu = time.process_time()
-    snapshot = ClusterSnapshot(nodes)
+    snapshot = ClusterSnapshot(nodes)  # no per-GPU pod limit: the protocol's (PROTOCOL_POLICY)
     scheduler = Scheduler(policy, tie_rank)
     decide = _engine_step(snapshot, scheduler, nodes) if policy_engine else None
     fragmentation = FragmentationIndex(snapshot, metric_workload)

@@ -21,7 +21,10 @@ deletion falls in the last 35, so a literal replay keeps about 1% of the cluster
   ``research`` (class dev). 10% of pods, drawn per pod, are urgent (pod priority 100), which
   exercises priority preemption inside a team;
 * **declared runtimes**: half the pods declare ``gpupool.io/expected-runtime`` as their true
-  duration times a uniform factor in [1, 3] (users overestimate); the others are learned.
+  duration times a uniform factor in [1, 3] (users overestimate); the others are learned;
+* **node constraints**: a team may be given a node selector, required affinity and tolerations
+  (``team_constraints``); every pod of that team carries them, as if its namespace's pods all
+  had them in their spec. None by default, so the draws and the pods are the same as without.
 
 All draws come from one seeded ``numpy`` generator, split into independent streams.
 """
@@ -29,11 +32,12 @@ All draws come from one seeded ``numpy`` generator, split into independent strea
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from gpupool.core.constraints import NodeConstraints
 from gpupool.core.model import MILLI_PER_GPU, PodSpec, RequestKind
 from gpupool.policy.workload import Workload
 
@@ -84,6 +88,7 @@ class ArrivalProcess:
         capacity_gpus: GPUs of the simulated cluster.
         rho: Offered load as a fraction of GPU capacity.
         rng: The run's generator.
+        team_constraints: Node constraints of every pod of a team (by namespace).
     """
 
     def __init__(
@@ -92,6 +97,7 @@ class ArrivalProcess:
         capacity_gpus: int,
         rho: float,
         rng: np.random.Generator,
+        team_constraints: Mapping[str, NodeConstraints] | None = None,
     ) -> None:
         if rho <= 0:
             raise ValueError(f"load must be > 0, got {rho}")
@@ -99,6 +105,7 @@ class ArrivalProcess:
             raise ValueError("no pod shapes to draw from")
         self.shapes = list(shapes)
         self.rng = rng
+        self.team_constraints = dict(team_constraints or {})
         mean_units = float(np.mean([pod.total_gpu_milli for pod in shapes])) / MILLI_PER_GPU
         if mean_units <= 0:
             raise ValueError("the trace requests no GPU, so load cannot be set by GPU capacity")
@@ -120,7 +127,12 @@ class ArrivalProcess:
         declared = None
         if float(rng.random()) < DECLARED_FRACTION:
             declared = duration * float(rng.uniform(1.0, 3.0))
-        pod = replace(shape, name=f"p{self.count}", workload_class=workload_class)
+        pod = replace(
+            shape,
+            name=f"p{self.count}",
+            workload_class=workload_class,
+            constraints=self.team_constraints.get(team),
+        )
         self.count += 1
         workload = Workload(
             pod=pod,

@@ -8,6 +8,7 @@ the future does not bill hours that have not happened.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -83,7 +84,12 @@ def _interval(allocation: Allocation, now: datetime) -> Interval:
 
 
 async def cost_report(
-    engine: AsyncEngine, start: datetime, end: datetime, by: GroupBy, now: datetime
+    engine: AsyncEngine,
+    start: datetime,
+    end: datetime,
+    by: GroupBy,
+    now: datetime,
+    namespaces: Sequence[str] | None = None,
 ) -> CostReport:
     """Account the store's allocations over ``[start, end)`` by ``by``.
 
@@ -93,8 +99,10 @@ async def cost_report(
         end: The window's end (aware), after ``start``.
         by: Group by queue, namespace, pool or pod.
         now: The present: open allocations are counted up to it.
+        namespaces: Only pods of these namespaces (None: all), as a per-namespace reader of
+            the API sees them.
     """
-    stored = await allocations_overlapping(engine, start, end)
+    stored = await allocations_overlapping(engine, start, end, namespaces)
     intervals = [_interval(a, now) for a in stored]
     samples: list[Sample] = []
     if stored:

@@ -39,7 +39,11 @@ class AuditQuery:
         tenant: Events of this tenant (queue).
         pod: Events about this pod: its uid, its name or ``namespace/name``.
         actions: Events of these actions.
-        limit: Most events returned (the oldest first).
+        namespaces: Events about objects in these namespaces (None: any, cluster-scoped
+            objects included; the API's per-namespace readers pass theirs).
+        limit: Most events returned.
+        newest_first: Return the newest ``limit`` events, newest first (default: the oldest,
+            oldest first).
     """
 
     since: datetime | None = None
@@ -47,13 +51,20 @@ class AuditQuery:
     tenant: str | None = None
     pod: str | None = None
     actions: Sequence[AuditAction] = ()
+    namespaces: Sequence[str] | None = None
     limit: int = 10_000
+    newest_first: bool = False
 
 
 async def audit_events_matching(engine: AsyncEngine, query: AuditQuery) -> list[AuditEvent]:
-    """The audit events that match ``query``, oldest first."""
+    """The audit events that match ``query``, oldest first (or newest first, if asked)."""
     table = audit_events.c
-    statement = sa.select(audit_events).order_by(table.time_us, table.id).limit(query.limit)
+    order = (
+        (table.time_us.desc(), table.id.desc()) if query.newest_first else (table.time_us, table.id)
+    )
+    statement = sa.select(audit_events).order_by(*order).limit(query.limit)
+    if query.namespaces is not None:
+        statement = statement.where(table.namespace.in_(list(query.namespaces)))
     if query.since is not None:
         statement = statement.where(table.time_us >= to_micros(query.since))
     if query.until is not None:
@@ -88,9 +99,12 @@ async def audit_events_matching(engine: AsyncEngine, query: AuditQuery) -> list[
 
 
 async def allocations_overlapping(
-    engine: AsyncEngine, start: datetime, end: datetime
+    engine: AsyncEngine, start: datetime, end: datetime, namespaces: Sequence[str] | None = None
 ) -> list[Allocation]:
-    """Allocations held for some time inside ``[start, end)``, oldest first."""
+    """Allocations held for some time inside ``[start, end)``, oldest first.
+
+    ``namespaces``: only pods of these namespaces (None: all).
+    """
     table = allocations.c
     statement = (
         sa.select(allocations)
@@ -98,14 +112,37 @@ async def allocations_overlapping(
         .where(sa.or_(table.end_us.is_(None), table.end_us > to_micros(start)))
         .order_by(table.start_us, table.id)
     )
-    return [
-        Allocation(
-            **{name: row[name] for name in _ALLOCATION_COLUMNS},
-            start=from_micros(row["start_us"]),
-            end=None if row["end_us"] is None else from_micros(row["end_us"]),
-        )
-        for row in await _rows(engine, statement)
-    ]
+    if namespaces is not None:
+        statement = statement.where(table.namespace.in_(list(namespaces)))
+    return [_allocation(row) for row in await _rows(engine, statement)]
+
+
+def _allocation(row: sa.RowMapping) -> Allocation:
+    return Allocation(
+        **{name: row[name] for name in _ALLOCATION_COLUMNS},
+        start=from_micros(row["start_us"]),
+        end=None if row["end_us"] is None else from_micros(row["end_us"]),
+    )
+
+
+async def open_allocations(engine: AsyncEngine) -> list[Allocation]:
+    """Allocations with no end yet, oldest first (a leader reconciles them when it starts)."""
+    statement = (
+        sa.select(allocations)
+        .where(allocations.c.end_us.is_(None))
+        .order_by(allocations.c.start_us, allocations.c.id)
+    )
+    return [_allocation(row) for row in await _rows(engine, statement)]
+
+
+async def last_sample_time(engine: AsyncEngine, pod_uid: str) -> datetime | None:
+    """When the pod's latest stored usage sample was taken; ``None`` without any."""
+    statement = sa.select(sa.func.max(usage_samples.c.time_us)).where(
+        usage_samples.c.pod_uid == pod_uid
+    )
+    async with engine.connect() as connection:
+        latest = (await connection.execute(statement)).scalar()
+    return None if latest is None else from_micros(int(latest))
 
 
 async def usage_samples_between(
@@ -127,6 +164,16 @@ async def usage_samples_between(
         )
         for row in await _rows(engine, statement)
     ]
+
+
+async def namespaces_recorded(engine: AsyncEngine) -> set[str]:
+    """Every namespace an audit event or an allocation names ("" for cluster-scoped objects)."""
+    statement = sa.union(
+        sa.select(audit_events.c.namespace).distinct(),
+        sa.select(allocations.c.namespace).distinct(),
+    )
+    async with engine.connect() as connection:
+        return {row[0] for row in await connection.execute(statement)}
 
 
 async def _rows(engine: AsyncEngine, statement: sa.Select[Any]) -> Sequence[sa.RowMapping]:

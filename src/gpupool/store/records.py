@@ -150,7 +150,7 @@ class Allocation:
         pool: The GPU pool it runs in.
         node: The node it is bound to.
         kind: ``whole``, ``share``, ``mig`` or ``none``.
-        units: GPU units held (:func:`gpupool.governance.units.allocation_size`).
+        units: GPU units held (:func:`gpupool.policy.units.allocation_size`).
         memory_gib: GPU memory held, in GiB.
         start: When the GPUs were given (aware).
         end: When they were released (aware), ``None`` while held.

@@ -30,6 +30,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gpupool.retry import Backoff, retry
 from gpupool.store.records import Allocation, AuditEvent, Record, RecordError, UsageSample
 from gpupool.store.writes import write_batch
 
@@ -104,8 +105,7 @@ class StoreWriter:
         self._capacity = capacity
         self._batch_size = batch_size
         self._flush_interval = flush_interval
-        self._retry_initial = retry_initial
-        self._retry_max = retry_max
+        self._retry = Backoff(retry_initial, retry_max)
         self._attempt_timeout = attempt_timeout
         self._buffer: deque[Record] = deque()
         self._queued = 0
@@ -116,6 +116,11 @@ class StoreWriter:
         self._due = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The store it writes to (for the reads a writer's owner needs, such as reconciling)."""
+        return self._engine
 
     async def __aenter__(self) -> StoreWriter:
         self.start()
@@ -226,21 +231,19 @@ class StoreWriter:
 
     async def _land(self, batch: list[Record]) -> None:
         """Write one batch, retrying with backoff until it lands."""
-        delay = self._retry_initial
-        while True:
-            try:
-                async with asyncio.timeout(self._attempt_timeout), self._engine.begin() as conn:
-                    await write_batch(conn, batch)
-            except Exception as exc:  # any failure: keep the batch, try again
-                self._failed_attempts += 1
-                _log.warning(
-                    "store write of %d records failed (%s: %s); retrying in %.2f s",
-                    len(batch),
-                    type(exc).__name__,
-                    str(exc).splitlines()[0] if str(exc) else "",
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self._retry_max)
-            else:
-                return
+
+        async def attempt() -> None:
+            async with asyncio.timeout(self._attempt_timeout), self._engine.begin() as conn:
+                await write_batch(conn, batch)
+
+        def failed(error: Exception, delay: float) -> None:  # any failure: keep the batch
+            self._failed_attempts += 1
+            _log.warning(
+                "store write of %d records failed (%s: %s); retrying in %.2f s",
+                len(batch),
+                type(error).__name__,
+                str(error).splitlines()[0] if str(error) else "",
+                delay,
+            )
+
+        await retry(attempt, self._retry, failed)

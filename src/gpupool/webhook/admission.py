@@ -2,15 +2,18 @@
 
 A pure function of the pod, the cluster facts and the webhook's settings, so the same decision
 is unit tested, fuzzed and served. The request's meaning comes from the scheduler's own
-translation (:func:`gpupool.kube.translate.pod_spec`): the webhook and the scheduler cannot
+translation (:func:`gpupool.kube.objects.translate.pod_spec`): the webhook and the scheduler cannot
 disagree on what a pod asks for. The webhook adds what only it can check (the cluster's GPU
 models, sizes and MIG profiles, the namespace's queues) and routes the pod to gpupool.
 
 Nothing a tenant writes is trusted: a queue label naming a queue that does not serve the pod's
-namespace is refused, and so is any pod that arrives carrying (or changing) the allocation
-annotation, which only the scheduler writes, in the Binding. The webhook never writes that
-annotation itself. Its patches touch three fields only: ``spec.schedulerName`` and the
-``gpupool.io/queue`` and ``gpupool.io/class`` labels.
+namespace is refused, so is a class label a queue serving the namespace does not allow
+(``spec.allowedClasses``; the same refusal, word for word, as the ValidatingAdmissionPolicy
+``gpupool-queue-classes``, which holds while the webhook is down), and so is any pod that
+arrives carrying (or changing) the allocation annotation, which only the scheduler writes, in
+the Binding. The webhook never writes that annotation itself. Its patches touch three fields
+only: ``spec.schedulerName`` and the ``gpupool.io/queue`` and ``gpupool.io/class`` labels (the
+default class only where every serving queue allows it).
 
 Before the cluster facts are known (the caches have not synced), only the checks that need no
 facts run; a Deployment keeps such a replica out of its Service through the readiness probe.
@@ -25,9 +28,9 @@ from typing import Any
 
 import msgspec
 
-from gpupool.kube.records import ObjectMeta, PodRecord
-from gpupool.kube.translate import InvalidObjectError, pod_spec
-from gpupool.kube.vocabulary import (
+from gpupool.kube.objects.records import ObjectMeta, PodRecord
+from gpupool.kube.objects.translate import InvalidObjectError, pod_spec
+from gpupool.kube.objects.vocabulary import (
     ANNOTATION_ALLOCATION,
     ANNOTATION_ALLOWED_MODELS,
     LABEL_CLASS,
@@ -36,6 +39,7 @@ from gpupool.kube.vocabulary import (
     RESOURCE_GPU_MEMORY,
     SCHEDULER_NAME,
 )
+from gpupool.policy.membership import pod_queue, queues_serving
 from gpupool.webhook.facts import ClusterFacts
 from gpupool.webhook.refusal import Refusal
 from gpupool.webhook.resources import asks_for_gpupool, check_resources
@@ -43,6 +47,7 @@ from gpupool.webhook.resources import asks_for_gpupool, check_resources
 DEFAULT_SCHEDULERS = ("", "default-scheduler")
 """Scheduler names that mean "not chosen" (the API server defaults an unset one)."""
 WHOLE_REQUEST = "spec.containers[].resources"
+CLASS_FIELD = f"metadata.labels[{LABEL_CLASS}]"
 PatchOp = dict[str, Any]
 
 
@@ -157,26 +162,54 @@ def _set_labels(pod: Mapping[str, Any], labels: dict[str, str]) -> list[Mutation
 def _queue(
     namespace: str, labels: Mapping[str, str], facts: ClusterFacts
 ) -> tuple[str | None, Refusal | None]:
-    """The pod's queue (None: no queue serves the namespace) or why its queue label is refused."""
+    """The pod's queue (None: no queue serves the namespace) or why its queue label is refused.
+
+    The queue is :func:`gpupool.policy.membership.pod_queue`, the scheduler's rule; the webhook
+    is stricter only in what it refuses: a label naming a queue that does not serve the
+    namespace (the scheduler would ignore it), and no label where several queues serve the
+    namespace (the scheduler would take the first by name; the tenant should choose).
+    """
     field = f"metadata.labels[{LABEL_QUEUE}]"
     serving = facts.queues_serving(namespace)
     chosen = labels.get(LABEL_QUEUE)
     allowed = ", ".join(serving) if serving else "none (no GPUQueue lists this namespace)"
+    if chosen is not None and chosen not in serving:
+        return None, Refusal(
+            field,
+            f"queue {chosen!r} does not serve namespace {namespace!r}; allowed: {allowed}",
+        )
     if chosen is None and len(serving) > 1:
         return None, Refusal(
             field, f"namespace {namespace!r} is served by several queues; choose one of {allowed}"
         )
-    queue = serving[0] if chosen is None and serving else chosen
-    if queue is None:
+    if not serving:
         return None, None
-    if queue not in serving:
-        return None, Refusal(
-            field,
-            f"queue {queue!r} does not serve namespace {namespace!r}; allowed: {allowed}",
-        )
+    queue = pod_queue(facts.queues.values(), namespace, chosen or "")
     if facts.queues[queue].max_concurrent_pods == 0:
         return None, Refusal(field, f"queue {queue!r} admits no pods (maxConcurrentPods is 0)")
     return queue, None
+
+
+def class_refusal_message(workload_class: str, queue: str, namespace: str) -> str:
+    """Why a class is refused; the admission policy's ``messageExpression`` says the same."""
+    return (
+        f"{CLASS_FIELD}: class '{workload_class}' is not in spec.allowedClasses of "
+        f"GPUQueue '{queue}', which serves namespace '{namespace}'"
+    )
+
+
+def _class_refusal(workload_class: str, facts: ClusterFacts, namespace: str) -> Refusal | None:
+    """A class some queue serving the namespace does not allow (``spec.allowedClasses``).
+
+    Every serving queue must allow it, not only the pod's own queue: the admission policy sees
+    one GPUQueue at a time and so cannot tell which queue a label chooses; the webhook refuses
+    exactly what the policy refuses, so neither ever admits what the other would refuse.
+    """
+    for queue in queues_serving(facts.queues.values(), namespace):
+        if not queue.allows_class(workload_class):
+            message = class_refusal_message(workload_class, queue.name, namespace)
+            return Refusal(CLASS_FIELD, message.removeprefix(f"{CLASS_FIELD}: "))
+    return None
 
 
 def _cluster_checks(
@@ -280,9 +313,13 @@ def _review_update(review: PodReview, meta: ObjectMeta, facts: ClusterFacts | No
     """
     old_labels = _mapping_at(review.old_pod, "metadata", "labels")
     new_queue = meta.labels.get(LABEL_QUEUE)
-    if facts is None or new_queue is None or new_queue == old_labels.get(LABEL_QUEUE):
+    queue_moved = new_queue is not None and new_queue != old_labels.get(LABEL_QUEUE)
+    class_moved = meta.labels.get(LABEL_CLASS, "") != old_labels.get(LABEL_CLASS, "")
+    if facts is None or not (queue_moved or class_moved):
         return Verdict()
-    _, refusal = _queue(review.namespace, meta.labels, facts)
+    _, refusal = _queue(review.namespace, meta.labels, facts) if queue_moved else (None, None)
+    if refusal is None and class_moved:
+        refusal = _class_refusal(meta.labels.get(LABEL_CLASS, ""), facts, review.namespace)
     return Verdict(refusal)
 
 
@@ -298,6 +335,8 @@ def _route(
     labels: dict[str, str] = {}
     if facts is not None:
         queue, refusal = _queue(review.namespace, meta.labels, facts)
+        if refusal is None:
+            refusal = _class_refusal(meta.labels.get(LABEL_CLASS, ""), facts, review.namespace)
         if refusal is not None:
             return Verdict(refusal)
         if queue is not None and LABEL_QUEUE not in meta.labels:
@@ -311,8 +350,11 @@ def _route(
     if scheduler != config.scheduler_name:
         op = {"op": "add", "path": "/spec/schedulerName", "value": config.scheduler_name}
         mutations.append(Mutation("spec.schedulerName", config.scheduler_name, (op,)))
-    if config.default_class and LABEL_CLASS not in meta.labels:
-        labels[LABEL_CLASS] = config.default_class
+    default_class = config.default_class
+    # only a class every serving queue allows: the admission policy would refuse another
+    allowed = facts is None or _class_refusal(default_class, facts, review.namespace) is None
+    if default_class and LABEL_CLASS not in meta.labels and allowed:
+        labels[LABEL_CLASS] = default_class
     mutations.extend(_set_labels(review.pod, labels))
     return Verdict(mutations=tuple(mutations))
 

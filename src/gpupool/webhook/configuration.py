@@ -20,8 +20,8 @@ import base64
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpupool.kube.api import ApiError, JsonObject, KubeAPI
-from gpupool.kube.vocabulary import ANNOTATION_ALLOCATION, SCHEDULER_NAME
+from gpupool.kube.client.api import ApiError, JsonObject, KubeAPI
+from gpupool.kube.objects.vocabulary import ANNOTATION_ALLOCATION, SCHEDULER_NAME
 
 ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
 MUTATING = "mutatingwebhookconfigurations"
@@ -127,35 +127,9 @@ def webhook_configurations(
         raise ValueError("ca_bundle: needed unless cert-manager injects it (inject_ca_from)")
 
     def webhook(kind: str, path: str) -> dict[str, Any]:
-        return {
-            "name": f"pods.{kind}.gpupool.io",
-            "admissionReviewVersions": ["v1"],
-            "clientConfig": target.client_config(path, ca_bundle),
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "apiVersions": ["v1"],
-                    "operations": ["CREATE", "UPDATE"],
-                    "resources": ["pods"],
-                    "scope": "Namespaced",
-                }
-            ],
-            "failurePolicy": failure_policy,
-            "sideEffects": "None",
-            "timeoutSeconds": timeout_seconds,
-            "namespaceSelector": {
-                "matchExpressions": [
-                    {
-                        "key": "kubernetes.io/metadata.name",
-                        "operator": "NotIn",
-                        "values": sorted({"kube-system", webhook_namespace}),
-                    }
-                ]
-            },
-            "matchConditions": [
-                {"name": "mentions-gpupool", "expression": match_expression(scheduler_name)}
-            ],
-        }
+        client = target.client_config(path, ca_bundle)
+        namespaces = sorted({"kube-system", webhook_namespace})
+        return _webhook(kind, client, failure_policy, timeout_seconds, namespaces, scheduler_name)
 
     mutating = webhook("mutate", "/mutate") | {"reinvocationPolicy": "IfNeeded"}
     metadata: JsonObject = {"name": name}
@@ -174,6 +148,46 @@ def webhook_configurations(
             "metadata": metadata,
             "webhooks": [webhook("validate", "/validate")],
         },
+    }
+
+
+def _webhook(
+    kind: str,
+    client_config: JsonObject,
+    failure_policy: FailurePolicy,
+    timeout_seconds: int,
+    excluded_namespaces: list[str],
+    scheduler_name: str,
+) -> dict[str, Any]:
+    """One webhook: pod creates and updates outside ``excluded_namespaces`` naming gpupool."""
+    return {
+        "name": f"pods.{kind}.gpupool.io",
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": client_config,
+        "rules": [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }
+        ],
+        "failurePolicy": failure_policy,
+        "sideEffects": "None",
+        "timeoutSeconds": timeout_seconds,
+        "namespaceSelector": {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": excluded_namespaces,
+                }
+            ]
+        },
+        "matchConditions": [
+            {"name": "mentions-gpupool", "expression": match_expression(scheduler_name)}
+        ],
     }
 
 

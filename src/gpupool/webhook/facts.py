@@ -6,7 +6,9 @@ facts are summarised into one small immutable value, rebuilt when nodes or queue
 admission function stays pure and a review never walks the whole node list.
 
 A node whose labels or allocatable cannot be read is left out (the scheduler reports it), rather
-than making every pod admission fail.
+than making every pod admission fail. GPUPool and GPUQueue objects are parsed by
+:func:`gpupool.policy.config.parse_objects`, the reader the scheduler uses, so a queue the
+scheduler leaves out (a quota naming a pool that does not exist) is no queue here either.
 """
 
 from __future__ import annotations
@@ -14,38 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-import msgspec
-
-from gpupool.kube.records import KubeObject, NodeRecord
-from gpupool.kube.translate import InvalidObjectError, node_spec
-
-
-class QueueSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
-    """The GPUQueue spec fields admission reads."""
-
-    namespaces: list[str] = []
-    max_concurrent_pods: int | None = None
-
-
-class QueueRecord(KubeObject, frozen=True):
-    """One GPUQueue, as the webhook's cache holds it."""
-
-    spec: QueueSpecRecord = QueueSpecRecord()
-
-
-@dataclass(frozen=True, slots=True)
-class QueueFacts:
-    """One queue as admission sees it.
-
-    Attributes:
-        name: The GPUQueue's name (the value of the ``gpupool.io/queue`` label).
-        namespaces: The namespaces whose pods it serves.
-        max_concurrent_pods: Its ``spec.maxConcurrentPods``; None when unlimited.
-    """
-
-    name: str
-    namespaces: frozenset[str]
-    max_concurrent_pods: int | None = None
+from gpupool.kube.objects.records import NodeRecord, PolicyObjectRecord
+from gpupool.kube.objects.translate import InvalidObjectError, node_spec
+from gpupool.policy.config import parse_objects
+from gpupool.policy.membership import queues_serving
+from gpupool.policy.spec import QueueSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,14 +32,14 @@ class ClusterFacts:
         largest_gpu_memory_mib: Memory of the largest GPU on any node (0: none known).
         most_gpus_per_node: The most GPUs on one node.
         mig_profiles: MIG profiles some node offers (``1g.10gb``).
-        queues: GPUQueues by name.
+        queues: The usable GPUQueues by name.
     """
 
     models: frozenset[str] = frozenset()
     largest_gpu_memory_mib: int = 0
     most_gpus_per_node: int = 0
     mig_profiles: frozenset[str] = frozenset()
-    queues: Mapping[str, QueueFacts] = field(default_factory=dict)
+    queues: Mapping[str, QueueSpec] = field(default_factory=dict)
 
     @property
     def has_gpu_nodes(self) -> bool:
@@ -73,7 +48,7 @@ class ClusterFacts:
 
     def queues_serving(self, namespace: str) -> list[str]:
         """Names of the queues whose ``spec.namespaces`` contain ``namespace``, sorted."""
-        return sorted(q.name for q in self.queues.values() if namespace in q.namespaces)
+        return [queue.name for queue in queues_serving(self.queues.values(), namespace)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +75,16 @@ def node_summary(node: NodeRecord) -> NodeSummary | None:
     )
 
 
-def facts_from(nodes: Iterable[NodeSummary | None], queues: Iterable[QueueRecord]) -> ClusterFacts:
-    """Summarise nodes and queue records; unreadable nodes (None) are skipped."""
+def _object(record: PolicyObjectRecord) -> dict[str, object]:
+    return {"metadata": {"name": record.metadata.name}, "spec": record.spec}
+
+
+def facts_from(
+    nodes: Iterable[NodeSummary | None],
+    pools: Iterable[PolicyObjectRecord],
+    queues: Iterable[PolicyObjectRecord],
+) -> ClusterFacts:
+    """Summarise nodes and the GPUPool/GPUQueue records; unreadable nodes (None) are skipped."""
     models: set[str] = set()
     profiles: set[str] = set()
     largest = most = 0
@@ -113,17 +96,11 @@ def facts_from(nodes: Iterable[NodeSummary | None], queues: Iterable[QueueRecord
             largest = max(largest, node.gpu_memory_mib)
             most = max(most, node.gpu_count)
         profiles.update(node.mig_profiles)
+    config, _ = parse_objects(map(_object, pools), map(_object, queues))
     return ClusterFacts(
         models=frozenset(models),
         largest_gpu_memory_mib=largest,
         most_gpus_per_node=most,
         mig_profiles=frozenset(profiles),
-        queues={
-            queue.metadata.name: QueueFacts(
-                queue.metadata.name,
-                frozenset(queue.spec.namespaces),
-                queue.spec.max_concurrent_pods,
-            )
-            for queue in queues
-        },
+        queues={queue.name: queue for queue in config.queues},
     )

@@ -1,7 +1,7 @@
 """Each gpupool resource value on its own: known name, whole number, allowed range.
 
-The scheduler's translation (:func:`gpupool.kube.translate.pod_spec`) judges the request as a
-whole (sums over containers, MIG excluding shares); this module judges every single value first,
+The scheduler's translation (:func:`gpupool.kube.objects.translate.pod_spec`) judges the request as
+a whole (sums over containers, MIG excluding shares); this module judges every single value first,
 so a refusal says which container and which range (``1..100``, ``1..141312 MiB, the largest GPU in
 the cluster``) rather than only that the sum is wrong.
 
@@ -16,9 +16,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gpupool.kube.quantity import QuantityError, parse_quantity
-from gpupool.kube.records import PodRecord
-from gpupool.kube.vocabulary import (
+from gpupool.kube.objects.quantity import QuantityError, parse_quantity
+from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.objects.vocabulary import (
     RESOURCE_GPU,
     RESOURCE_GPU_CORES,
     RESOURCE_GPU_MEMORY,

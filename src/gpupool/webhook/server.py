@@ -1,7 +1,10 @@
 """``gpupool webhook``: the admission app over TLS, and the caches behind it, in one process.
 
-uvicorn serves the app with the certificate and key from files (a mounted Secret in a cluster).
-On SIGTERM it stops accepting, finishes the reviews in flight and returns; the caches are then
+uvicorn serves the app with the certificate and key from files (a mounted Secret in a cluster),
+read again whenever they change (:mod:`gpupool.kube.client.serving_tls`): a renewed certificate
+is served from the next handshake on, without a restart, so the webhook never outlives its
+certificate while ``failurePolicy: Fail`` refuses every gpupool pod it cannot review. On
+SIGTERM it stops accepting, finishes the reviews in flight and returns; the caches are then
 cancelled and the process exits 0. (uvicorn's own signal capture re-raises the signal once it
 has shut down, which kills the process before its cleanup and exits with -15; it is replaced.)
 The webhook is a Deployment of its own, apart from the scheduler, so a scheduler restart never
@@ -23,7 +26,8 @@ import uvicorn
 from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import KubeConfig
 
-from gpupool.kube.api import KubeAPI
+from gpupool.kube.client.api import KubeAPI
+from gpupool.kube.client.serving_tls import ReloadingCertificate
 from gpupool.webhook.admission import DEFAULT_CONFIG, AdmissionConfig
 from gpupool.webhook.app import create_app
 from gpupool.webhook.cache import FactsCache
@@ -71,8 +75,13 @@ def connect(kubeconfig: Path | None) -> KubeAPI:
 
 
 async def serve(config: WebhookServerConfig) -> int:
-    """Serve until SIGTERM/SIGINT (exit 0), or until the caches fail for good (exit 1)."""
+    """Serve until SIGTERM/SIGINT (exit 0), or until the caches fail for good (exit 1).
+
+    Raises:
+        CertificateError: The certificate and key cannot be loaded (before anything starts).
+    """
     logging.getLogger("httpx2").setLevel(logging.WARNING)
+    tls = ReloadingCertificate(config.tls_cert, config.tls_key)
     api = connect(config.kubeconfig)
     cache = FactsCache(api)
     server = _Server(
@@ -80,8 +89,7 @@ async def serve(config: WebhookServerConfig) -> int:
             create_app(cache.facts, config.admission),
             host=config.host,
             port=config.port,
-            ssl_certfile=str(config.tls_cert),
-            ssl_keyfile=str(config.tls_key),
+            ssl_context_factory=lambda _config, _default: tls.context(),
             log_config=None,
             access_log=False,
         )

@@ -27,9 +27,10 @@ from gpupool.agent.handoff import Handoff, HandoffConfig
 from gpupool.agent.isolation import IsolationConfig
 from gpupool.agent.podresources import PodResourcesClient
 from gpupool.agent.registration import PluginHost
-from gpupool.kube.allocation import AllocationRecord, GpuShare, encode
-from gpupool.kube.records import PodRecord
-from gpupool.kube.vocabulary import (
+from gpupool.kube.objects.allocation import AllocationRecord, GpuShare, decode, encode
+from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.objects.signing import RecordSigner, RecordVerifier
+from gpupool.kube.objects.vocabulary import (
     ANNOTATION_ALLOCATION,
     RESOURCE_GPU,
     RESOURCE_GPU_CORES,
@@ -39,6 +40,27 @@ from gpupool.kube.vocabulary import (
 from .kubelet import StartedContainer, TestKubelet
 
 NODE = "node-a"
+SCHEDULER = RecordSigner.generate()
+"""The scheduler of these tests: records made by :func:`share_pod` are signed with its key."""
+
+
+class PublishedKey:
+    """The scheduler's public key as the agent reads it (from its ConfigMap, in a cluster)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def verifier(self, *, fresh: bool = False) -> RecordVerifier:
+        self.reads += 1
+        return RecordVerifier.from_public_pem(SCHEDULER.public_pem())
+
+
+def signed(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` with its allocation record (re-)signed by the scheduler for its current UID."""
+    annotations = pod["metadata"]["annotations"]
+    record = SCHEDULER.sign(decode(annotations[ANNOTATION_ALLOCATION]), pod["metadata"]["uid"])
+    annotations[ANNOTATION_ALLOCATION] = encode(record)
+    return pod
 
 
 class DictPods:
@@ -72,6 +94,7 @@ class AgentNode:
     slots: int
     isolation: IsolationConfig
     now: list[float] = field(default_factory=lambda: [1_000_000.0])
+    events: list[tuple[str, str]] = field(default_factory=list)
     handoff: Handoff | None = None
     host: PluginHost | None = None
     watcher: asyncio.Task[None] | None = None
@@ -86,12 +109,18 @@ class AgentNode:
             self.pods,
             PodResourcesClient(str(self.kubelet.pod_resources_socket)),
             self.nvml.devices,
+            PublishedKey(),
+            self.report,
             clock=lambda: self.now[0],
         )
         self.board = DeviceBoard()
         await self.board.update(advertised(self.nvml.devices(), self.slots))
         self.host = PluginHost(self.kubelet.plugin_dir, self.board, self.handoff)
         self.watcher = asyncio.create_task(self.host.watch(interval=0.05))
+
+    async def report(self, pod: PodRecord, message: str) -> None:
+        """What the agent's Event writer gets: (pod, message)."""
+        self.events.append((pod.key, message))
 
     async def stop_agent(self) -> None:
         """Stop the agent as a SIGTERM would (its sockets go away)."""
@@ -145,8 +174,12 @@ def share_pod(
     *,
     node: str = NODE,
     record: AllocationRecord | None = None,
+    sign: bool = True,
 ) -> dict[str, Any]:
-    """A pod asking for a share of ``len(gpus)`` GPUs, bound with its allocation record."""
+    """A pod asking for a share of ``len(gpus)`` GPUs, bound with its allocation record.
+
+    The record is signed by :data:`SCHEDULER` for the pod unless ``sign`` is False.
+    """
     limits = {RESOURCE_GPU: str(len(gpus))}
     if cores:
         limits[RESOURCE_GPU_CORES] = str(cores)
@@ -163,7 +196,7 @@ def share_pod(
             ),
             scheduler="test",
         )
-    return {
+    pod = {
         "metadata": {
             "name": name,
             "namespace": "team-a",
@@ -176,6 +209,7 @@ def share_pod(
             "containers": [{"name": "main", "resources": {"limits": limits}}],
         },
     }
+    return signed(pod) if sign else pod
 
 
 def plan_shares(count: int, gpus: int, slots: int, seed: int) -> list[tuple[int, int, int]]:

@@ -10,11 +10,11 @@ import pytest
 
 from gpupool.agent.cdi import CDI_KIND
 from gpupool.agent.protos.deviceplugin.v1beta1 import api_pb2 as dp
-from gpupool.kube.allocation import AllocationRecord, encode
-from gpupool.kube.vocabulary import RESOURCE_GPU
+from gpupool.kube.objects.allocation import AllocationRecord, encode
+from gpupool.kube.objects.vocabulary import RESOURCE_GPU
 
 from .kubelet import AdmissionError
-from .node import agent_node, share_pod
+from .node import agent_node, share_pod, signed
 
 
 async def test_registers_and_advertises_max_pods_per_gpu_devices_per_gpu() -> None:
@@ -85,6 +85,12 @@ async def test_allocate_answers_only_a_token_and_prestart_gives_the_pods_own_gpu
             for n in started.device_nodes
         )
         assert (str(node.root / "mps" / "pipe"), "/var/run/gpupool/mps/pipe") in started.mounts
+        # the daemon's limits were written for this share before its container could start
+        limits = (node.root / "mps" / "control" / "limits").read_text().splitlines()
+        assert limits == [
+            "set_default_active_thread_percentage 30",
+            "set_default_device_pinned_mem_limit 5 10240M",
+        ]
 
 
 async def test_whole_gpus_get_visibility_and_no_caps() -> None:
@@ -104,7 +110,9 @@ async def test_hami_mode_sets_hami_core_variables() -> None:
         started = await node.run(pod)
         assert started.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
         assert started.env["CUDA_DEVICE_SM_LIMIT"] == "25"
-        assert started.env["LD_PRELOAD"].endswith("libvgpu.so")
+        # HAMi-core comes from a read-only /etc/ld.so.preload of its own, not the environment
+        assert "LD_PRELOAD" not in started.env
+        assert "/etc/ld.so.preload" in dict((c, h) for h, c in started.mounts)
 
 
 async def test_the_kubelet_refuses_the_33rd_share_on_a_4_slot_8_gpu_node() -> None:
@@ -168,7 +176,7 @@ async def test_a_mig_slice_is_the_instance_the_kubelet_chose() -> None:
         pod["spec"]["containers"][0]["resources"]["limits"] = {resource: "1"}
         record = AllocationRecord(node="node-a", kind="mig", mig_profile="1g.10gb")
         pod["metadata"]["annotations"]["gpupool.io/allocation"] = encode(record)
-        started = await node.run(pod)
+        started = await node.run(signed(pod))
         (held,) = node.kubelet.assigned[(pod["metadata"]["uid"], "main")][resource][0]
         assert started.env["CUDA_VISIBLE_DEVICES"] == held
         assert held.startswith("MIG-node-a-")

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupool.kube.vocabulary import RESOURCE_GPU
+from gpupool.kube.objects.vocabulary import RESOURCE_GPU
 
 from .kubelet import StartedContainer
 from .node import agent_node, plan_shares, share_pod

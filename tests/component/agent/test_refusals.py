@@ -1,15 +1,20 @@
 """A forged or missing allocation: the agent refuses to start the container, with a clear
-message, and leaves nothing a runtime could start it with."""
+message, and leaves nothing a runtime could start it with.
+
+A record the scheduler did not sign (or signed for another pod, or signed with the retired HMAC
+scheme) is refused even when every field agrees with the pod, and reported on the pod.
+"""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
-from gpupool.kube.allocation import AllocationRecord, GpuShare
-from gpupool.kube.vocabulary import ANNOTATION_ALLOCATION, RESOURCE_GPU
+from gpupool.kube.objects.allocation import AllocationRecord, GpuShare, decode, encode
+from gpupool.kube.objects.vocabulary import ANNOTATION_ALLOCATION, RESOURCE_GPU
 
 from .kubelet import ContainerStartError
-from .node import agent_node, share_pod
+from .node import SCHEDULER, agent_node, share_pod, signed
 
 
 def _forged(gpus: list[GpuShare], node: str = "node-a", kind: str = "share") -> AllocationRecord:
@@ -62,6 +67,47 @@ async def test_forged_or_missing_record_is_refused(case: str) -> None:
         assert not list(node.kubelet.cdi_dir.glob("*.json")), "a spec exists for a refused pod"
 
 
+def _resigned(pod: dict[str, object], how: str) -> None:
+    """Replace the pod's valid signature as a forger would (``how``)."""
+    metadata = pod["metadata"]
+    assert isinstance(metadata, dict)
+    record = decode(metadata["annotations"][ANNOTATION_ALLOCATION])
+    sig = {
+        "unsigned": "",
+        "hmac": "ab" * 32,  # what the scheduler wrote before the Ed25519 scheme
+        "another pod's": SCHEDULER.sign(record, "11111111-1111-4111-8111-111111111111").sig,
+        "edited": record.sig,
+    }[how]
+    if how == "edited":  # a field changed after signing: the signature no longer matches
+        record = msgspec.structs.replace(record, scheduler="someone-else")
+    metadata["annotations"][ANNOTATION_ALLOCATION] = encode(
+        msgspec.structs.replace(record, sig=sig)
+    )
+
+
+@pytest.mark.parametrize("how", ["unsigned", "hmac", "another pod's", "edited"])
+async def test_a_record_the_scheduler_did_not_sign_for_this_pod_is_refused(how: str) -> None:
+    async with agent_node("h100") as node:
+        await node.kubelet.wait_devices(RESOURCE_GPU, 32)
+        pod = share_pod("forged", [(1, "GPU-node-a-1")], cores=20, memory_mib=4096)
+        _resigned(pod, how)
+        node.pods.put(pod)
+        await node.kubelet.admit(pod)
+        with pytest.raises(ContainerStartError) as refused:
+            await node.kubelet.start_container(pod["metadata"]["uid"], "main")
+        text = str(refused.value)
+        assert "pod team-a/forged container 'main': gpupool.io/allocation.sig: not signed" in text
+        assert ("retired HMAC scheme" in text) is (how == "hmac")
+        assert not list(node.kubelet.cdi_dir.glob("*.json")), "a spec exists for a refused pod"
+        ((reported, message),) = node.events
+        assert reported == "team-a/forged"
+        assert "not signed by this cluster's gpupool scheduler" in message
+        # the same pod, signed by the scheduler, starts
+        node.pods.put(signed(pod))
+        started = await node.kubelet.start_container(pod["metadata"]["uid"], "main")
+        assert started.env["CUDA_VISIBLE_DEVICES"] == "GPU-node-a-1"
+
+
 async def test_a_pod_missing_from_the_api_server_is_refused() -> None:
     async with agent_node("h100") as node:
         await node.kubelet.wait_devices(RESOURCE_GPU, 32)
@@ -105,6 +151,6 @@ async def test_a_replaced_pod_does_not_lend_its_gpus_to_the_old_container() -> N
         # force-deleted and re-created under the same name, with another UID and GPU
         new = share_pod("web", [(6, "GPU-node-a-6")], cores=50, memory_mib=20000)
         new["metadata"]["uid"] = "99999999-9999-4999-8999-999999999999"
-        node.pods.put(new)
+        node.pods.put(signed(new))
         with pytest.raises(ContainerStartError, match="deleted and re-created"):
             await node.kubelet.start_container(old["metadata"]["uid"], "main")  # a restart

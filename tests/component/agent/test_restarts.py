@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gpupool.agent.cdi import spec_tokens
-from gpupool.kube.vocabulary import RESOURCE_GPU
+from gpupool.kube.objects.vocabulary import RESOURCE_GPU
 
 from .kubelet import TestKubelet
 from .node import AgentNode, agent_node, share_pod

@@ -30,7 +30,8 @@ def _agent(*args: str) -> subprocess.CompletedProcess[str]:
             ("--node-name", "n", "--isolation", "magic"),
             "--isolation: isolation mode must be one of",
         ),
-        (("--node-name", "n", "--max-pods-per-gpu", "0"), "--max-pods-per-gpu: must be >= 1"),
+        # the pods per GPU come from the node's pool, as the scheduler reads them: no flag
+        (("--node-name", "n", "--max-pods-per-gpu", "4"), "No such option: --max-pods-per-gpu"),
         (("--node-name", "n", "--kubeconfig", "/nonexistent"), "--kubeconfig: no such file"),
         (("--node-name", "n", "--collect-after", "-1"), "--collect-after: must be >= 0"),
     ],

@@ -11,15 +11,16 @@ from gpupool.agent.fakenvml import FakeNvml, preset_devices
 from gpupool.agent.inventory import publication
 from gpupool.agent.nvml import short_model
 from gpupool.agent.pools import slots_for
-from gpupool.kube.records import NodeRecord, NodeStatusRecord, ObjectMeta
-from gpupool.kube.translate import node_spec
-from gpupool.kube.vocabulary import (
+from gpupool.kube.objects.records import NodeRecord, NodeStatusRecord, ObjectMeta
+from gpupool.kube.objects.translate import node_spec
+from gpupool.kube.objects.vocabulary import (
     ANNOTATION_GPU_UNHEALTHY,
     ANNOTATION_GPU_UUIDS,
     LABEL_GPU_MEMORY,
     LABEL_GPU_MODEL,
     RESOURCE_GPU,
 )
+from gpupool.policy.spec import DEFAULT_MAX_PODS_PER_GPU
 
 
 def test_each_gpu_becomes_max_pods_per_gpu_unique_devices() -> None:
@@ -36,9 +37,12 @@ def test_mig_gpus_are_advertised_as_their_slices_only() -> None:
     assert {gpu_of(d.id) for d in resources[RESOURCE_GPU]} == {f"GPU-n-{i}" for i in (4, 5, 6, 7)}
 
 
-def test_slots_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="slots per GPU must be >= 1"):
-        advertised(preset_devices("t4", "n"), 0)
+def test_no_slots_advertises_no_gpu_device_and_negative_is_refused() -> None:
+    devices = advertised(preset_devices("a100-mig", "n"), 0)  # a node two pools select
+    assert devices["gpupool.io/gpu"] == ()
+    assert len(devices["gpupool.io/mig-1g.10gb"]) == 28  # MIG instances are real devices
+    with pytest.raises(ValueError, match="slots per GPU must be >= 0"):
+        advertised(preset_devices("t4", "n"), -1)
 
 
 def test_unhealthy_gpu_makes_its_slots_unhealthy() -> None:
@@ -95,10 +99,12 @@ def test_pool_decides_slots() -> None:
         },
         {"metadata": {"name": "c"}, "spec": {"mode": "Exclusive", "nodeSelector": {"pool": "x"}}},
     ]
-    assert slots_for(pools, {"pool": "s"}, 4) == 7  # first by name wins
-    assert slots_for(pools, {"pool": "x"}, 4) == 1
-    assert slots_for(pools, {"pool": "none"}, 5) == 5
-    assert slots_for(pools[:1], {"pool": "s"}, 9) == 4  # the CRD default
+    assert slots_for(pools, {"pool": "s"}) == 0  # two pools select it: in none, no GPU pods
+    assert slots_for(pools[1:], {"pool": "s"}) == 7
+    assert slots_for(pools, {"pool": "x"}) == 1
+    assert slots_for(pools, {"pool": "none"}) == DEFAULT_MAX_PODS_PER_GPU  # the default pool
+    assert slots_for(pools[:1], {"pool": "s"}) == 4  # the CRD default
+    assert slots_for([], {}) == DEFAULT_MAX_PODS_PER_GPU
 
 
 def test_fake_presets_and_models() -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpupool.agent.fakenvml import preset_devices
 from gpupool.agent.grants import ContainerGrant, GpuGrant, HandoffRefusedError, grant_for
-from gpupool.agent.isolation import IsolationConfig, edits_for
-from gpupool.kube.allocation import AllocationRecord, GpuShare, encode
-from gpupool.kube.records import (
+from gpupool.agent.isolation import ContainerFile, DeviceNode, IsolationConfig, edits_for
+from gpupool.kube.objects.allocation import AllocationRecord, GpuShare, encode
+from gpupool.kube.objects.records import (
     Container,
     ObjectMeta,
     PodRecord,
@@ -101,8 +103,14 @@ def test_mps_edits() -> None:
     edits = edits_for(SHARE, IsolationConfig("mps"))
     assert edits.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M"
     assert edits.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
-    assert "/dev/nvidia3" in edits.device_nodes
+    assert DeviceNode("/dev/nvidia3", "/dev/nvidia3") in edits.device_nodes
     assert [m.container_path for m in edits.mounts] == ["/var/run/gpupool/mps/pipe", "/dev/shm"]
+    assert edits.files == (
+        ContainerFile(
+            "/etc/gpupool/limits",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M\nCUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25\n",
+        ),
+    )
 
 
 def test_visible_mode_and_exclusive_grants_have_no_caps() -> None:
@@ -118,8 +126,37 @@ def test_visible_mode_and_exclusive_grants_have_no_caps() -> None:
             "GPUPOOL_POD_UID",
         }
         assert not edits.mounts
+        assert not edits.files
 
 
 def test_unknown_isolation_mode() -> None:
     with pytest.raises(ValueError, match="isolation mode must be one of mps, hami, visible"):
         IsolationConfig("magic")
+
+
+def test_hami_is_preloaded_by_a_read_only_file_not_the_environment() -> None:
+    edits = edits_for(SHARE, IsolationConfig("hami", hami_library=Path("/opt/hami/libvgpu.so")))
+    assert "LD_PRELOAD" not in edits.env  # `unset LD_PRELOAD` must not unload HAMi-core
+    assert edits.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8192m"
+    assert edits.env["CUDA_DEVICE_SM_LIMIT"] == "25"
+    files = {file.container_path: file.content for file in edits.files}
+    assert files == {
+        "/etc/ld.so.preload": "/usr/local/gpupool/libvgpu.so\n",
+        "/etc/gpupool/limits": "CUDA_DEVICE_MEMORY_LIMIT_0=8192m\nCUDA_DEVICE_SM_LIMIT=25\n",
+    }
+    (library,) = edits.mounts
+    assert (library.host_path, library.read_only) == ("/opt/hami/libvgpu.so", True)
+    # nothing shared with other containers outside MPS: no /dev/shm, no MPS pipe
+    assert not any(
+        m.container_path.startswith(("/dev/shm", "/var/run/gpupool")) for m in edits.mounts
+    )
+
+
+def test_device_nodes_come_from_the_device_root() -> None:
+    edits = edits_for(SHARE, IsolationConfig("visible", device_root=Path("/var/lib/fake-dev")))
+    assert edits.device_nodes == (
+        DeviceNode("/dev/nvidiactl", "/var/lib/fake-dev/nvidiactl"),
+        DeviceNode("/dev/nvidia-uvm", "/var/lib/fake-dev/nvidia-uvm"),
+        DeviceNode("/dev/nvidia-uvm-tools", "/var/lib/fake-dev/nvidia-uvm-tools"),
+        DeviceNode("/dev/nvidia3", "/var/lib/fake-dev/nvidia3"),
+    )

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import httpx2
 import pytest
 from starlette.testclient import TestClient
 
 from gpupool.api.app import create_api, create_face
 from gpupool.api.auth import ReviewUnavailableError, is_loopback
 from gpupool.api.example import example_view
-from gpupool.api.model import CostLine, Record
+from gpupool.api.model import CostBucket, CostLine, Record
+from gpupool.api.records import Namespaces
+from gpupool.api.scope import OTHER_NAMESPACE, namespace_of
+from gpupool.api.store_records import StoreRecords
+from gpupool.store.engine import open_store
+from gpupool.store.records import Allocation, AuditAction, AuditEvent
+from gpupool.store.writer import StoreWriter
 
 
 @pytest.fixture
@@ -76,48 +86,114 @@ def test_dashboard_page_and_fragment(client: TestClient) -> None:
         assert client.get(f"/static/{asset}").status_code == 200
 
 
+@dataclass
+class Tenant:
+    """An :class:`~gpupool.api.auth.Access` that may list pods in ``allowed`` (``*``: all)."""
+
+    who: str
+    allowed: frozenset[str]
+
+    async def cluster_wide(self) -> bool:
+        return "*" in self.allowed
+
+    async def namespaces(self, candidates: Iterable[str]) -> frozenset[str]:
+        wanted = set(candidates)
+        return frozenset(wanted if "*" in self.allowed else wanted & self.allowed)
+
+
 class Decider:
-    def __init__(self, answer: tuple[bool, str] | None) -> None:
-        self.answer = answer
+    """Authenticates tokens from a table (the real one asks the API server: integration)."""
+
+    def __init__(self, readers: dict[str, Tenant] | None) -> None:
+        self.readers = readers
         self.tokens: list[str] = []
 
-    async def decide(self, token: str) -> tuple[bool, str]:
+    async def access(self, token: str) -> Tenant | None:
         self.tokens.append(token)
-        if self.answer is None:
+        if self.readers is None:
             raise ReviewUnavailableError("connection refused")
-        return self.answer
+        return self.readers.get(token)
 
 
-def face_client(decider: Decider | None, host: str) -> TestClient:
-    return TestClient(create_face(example_view(), decider), client=(host, 40000))
+READERS = {
+    "admin": Tenant("admin", frozenset({"*"})),
+    "vision": Tenant("system:serviceaccount:vision:reader", frozenset({"vision"})),
+}
 
 
-def test_loopback_needs_no_token() -> None:
-    decider = Decider((False, "nobody"))
-    for host in ("127.0.0.1", "::1"):
-        assert face_client(decider, host).get("/api/v1/cluster").status_code == 200
+def face_client(
+    decider: Decider | None, host: str, *, insecure_local: bool = False, store: Store | None = None
+) -> TestClient:
+    face = create_face(example_view(), decider, store, insecure_local=insecure_local)
+    return TestClient(face, client=(host, 40000))
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_loopback_is_no_identity_unless_insecure_local() -> None:
+    decider = Decider(READERS)
+    for host in ("127.0.0.1", "127.0.0.6", "::1"):  # 127.0.0.6: a mesh sidecar forwarding
+        assert face_client(decider, host).get("/api/v1/cluster").status_code == 401
+        local = face_client(decider, host, insecure_local=True)
+        assert local.get("/api/v1/cluster").status_code == 200
     assert decider.tokens == []
+    off_host = face_client(decider, "10.1.2.3", insecure_local=True)
+    assert off_host.get("/api/v1/cluster").status_code == 401
 
 
-def test_off_host_needs_an_allowed_token() -> None:
-    allowed = Decider((True, "alice"))
-    client = face_client(allowed, "10.1.2.3")
-    assert client.get("/api/v1/cluster").status_code == 401
+def test_a_token_is_needed_and_checked() -> None:
+    decider = Decider(READERS)
+    client = face_client(decider, "10.1.2.3")
+    missing = client.get("/api/v1/cluster")
+    assert missing.status_code == 401
+    assert "audience gpupool.io/api" in missing.text
+    assert missing.headers["www-authenticate"] == "Bearer"
     assert client.get("/api/v1/cluster", headers={"Authorization": "Basic x"}).status_code == 401
-    ok = client.get("/api/v1/cluster", headers={"Authorization": "Bearer tok-1"})
+    assert client.get("/api/v1/cluster", headers=bearer("stranger")).status_code == 401
+    ok = client.get("/api/v1/cluster", headers=bearer("admin"))
     assert ok.status_code == 200
-    assert allowed.tokens == ["tok-1"]
-    refused = face_client(Decider((False, "bob may not get gpupools.gpupool.io")), "10.1.2.3")
-    answer = refused.get("/", headers={"Authorization": "Bearer tok-2"})
-    assert answer.status_code == 403
-    assert "bob may not" in answer.text
+    assert decider.tokens == ["stranger", "admin"]
+
+
+def test_cluster_wide_views_need_every_namespace() -> None:
+    client = face_client(Decider(READERS), "10.1.2.3")
+    for path in ("/api/v1/cluster", "/api/v1/nodes", "/api/v1/teams", "/api/v1/pools", "/"):
+        refused = client.get(path, headers=bearer("vision"))
+        assert refused.status_code == 403, path
+        assert "may not list pods in all namespaces" in refused.text
+        assert client.get(path, headers=bearer("admin")).status_code == 200, path
+
+
+def test_a_tenant_sees_its_own_namespaces_only() -> None:
+    client = face_client(Decider(READERS), "10.1.2.3")
+    everyone = client.get("/api/v1/pending", headers=bearer("admin")).json()
+    assert {p["pod"] for p in everyone} == {"vision/train-1", "research/big-notebook"}
+    own = client.get("/api/v1/pending", headers=bearer("vision")).json()
+    assert [p["pod"] for p in own] == ["vision/train-1"]
+    other = client.get("/api/v1/pending?namespace=research", headers=bearer("vision"))
+    assert other.status_code == 403
+    assert "may not list pods in namespace research" in other.text
+    asked = client.get("/api/v1/pending?namespace=vision", headers=bearer("vision"))
+    assert [p["pod"] for p in asked.json()] == ["vision/train-1"]
+    refused = client.get("/api/v1/pending/research/big-notebook", headers=bearer("vision"))
+    assert refused.status_code == 403
+    # the explanation names the vision tenant's own pods, never another namespace's
+    explained = client.get("/api/v1/pending/vision/train-1", headers=bearer("vision")).json()
+    holders = {h for row in explained["closest"] for h in row["holders"]}
+    assert holders, explained
+    assert all(h.startswith("vision/") or h == OTHER_NAMESPACE for h in holders), holders
+    assert OTHER_NAMESPACE in holders
+    full = client.get("/api/v1/pending/vision/train-1", headers=bearer("admin")).json()
+    assert any(h.startswith("nlp/") for row in full["closest"] for h in row["holders"])
 
 
 def test_no_api_server_means_closed() -> None:
     down = face_client(Decider(None), "10.1.2.3")
-    assert down.get("/api/v1/cluster", headers={"Authorization": "Bearer t"}).status_code == 503
+    assert down.get("/api/v1/cluster", headers=bearer("admin")).status_code == 503
     none = face_client(None, "10.1.2.3")
-    assert none.get("/api/v1/cluster", headers={"Authorization": "Bearer t"}).status_code == 403
+    assert none.get("/api/v1/cluster", headers=bearer("admin")).status_code == 401
 
 
 @pytest.mark.parametrize(
@@ -137,32 +213,131 @@ def test_is_loopback(host: str | None, loopback: bool) -> None:
 
 
 class Store:
-    def actions(self, limit: int) -> list[Record]:
+    """Records of two namespaces and one cluster-scoped object, filtered as a store would."""
+
+    RECORDS = (
+        Record(at="2026-12-01T00:00:02Z", kind="policy-change", subject="a100", detail="pool"),
+        Record(at="2026-12-01T00:00:01Z", kind="reclaim", subject="nlp/idle-0", detail="idle"),
+        Record(at="2026-12-01T00:00:00Z", kind="reclaim", subject="vision/v-0", detail="idle"),
+    )
+
+    def __init__(self) -> None:
+        self.asked: list[object] = []
+
+    def _kept(self, namespaces: Namespaces) -> list[Record]:
+        self.asked.append(None if namespaces is None else sorted(namespaces))
         return [
-            Record(
-                at="2026-12-01T00:00:00Z",
-                kind="reclaim",
-                subject="nlp/idle-0",
-                detail="idle 30 min: share returned",
-            )
-        ][:limit]
+            r for r in self.RECORDS if namespaces is None or namespace_of(r.subject) in namespaces
+        ]
 
-    def audit(self, limit: int) -> list[Record]:
-        return []
+    async def namespaces(self) -> set[str]:
+        return {namespace_of(r.subject) for r in self.RECORDS}
 
-    def cost(self) -> list[CostLine]:
-        return [CostLine(team="nlp", gpu_hours=12.5)]
+    async def actions(self, limit: int, namespaces: Namespaces) -> list[Record]:
+        return [r for r in self._kept(namespaces) if r.kind == "reclaim"][:limit]
+
+    async def audit(self, limit: int, namespaces: Namespaces) -> list[Record]:
+        return self._kept(namespaces)[:limit]
+
+    async def cost(self, namespaces: Namespaces) -> tuple[list[CostLine], list[CostBucket]]:
+        lines = [CostLine(team="nlp", gpu_hours=12.5), CostLine(team="vision", gpu_hours=2.0)]
+        return [line for line in lines if namespaces is None or line.team in namespaces], []
 
 
-def test_with_a_store_governance_and_cost_are_shown() -> None:
-    with TestClient(create_api(example_view(), Store())) as client:
-        actions = client.get("/api/v1/governance/actions?limit=5").json()
-        assert actions["configured"] is True
-        assert actions["items"][0]["subject"] == "nlp/idle-0"
-        assert client.get("/api/v1/cost").json()["teams"] == [{"team": "nlp", "gpu_hours": 12.5}]
-        page = client.get("/").text
-        assert "idle 30 min: share returned" in page
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def _event(minute: int, action: AuditAction, name: str, reason: str) -> AuditEvent:
+    return AuditEvent(
+        time=T0 + timedelta(minutes=minute),
+        action=action,
+        kind="Pod",
+        namespace="nlp",
+        name=name,
+        reason=reason,
+        tenant="nlp",
+    )
+
+
+async def test_with_a_store_the_api_and_dashboard_read_what_was_written(tmp_path: Path) -> None:
+    """Real records in a real SQLite store, read back through HTTP as a client would."""
+    engine = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'face.db'}")
+    try:
+        async with StoreWriter(engine) as writer:
+            await writer.audit(_event(0, AuditAction.BIND, "idle-0", "bound to n1"))
+            await writer.audit(_event(90, AuditAction.RECLAIM, "idle-0", "idle 30 min: reclaimed"))
+            await writer.audit(_event(95, AuditAction.BIND, "next-0", "bound to n1"))
+            start = Allocation(
+                pod_uid="uid-idle-0", namespace="nlp", name="idle-0", queue="nlp", pool="a100",
+                node="n1", kind="whole", units=2.0, memory_gib=80.0, start=T0,
+            )  # fmt: skip
+            await writer.allocation_started(start)
+            await writer.allocation_ended(start, T0 + timedelta(minutes=90))
+        source = StoreRecords(engine, now=lambda: T0 + timedelta(hours=2))
+        face = create_face(example_view(), None, source, insecure_local=True)
+        transport = httpx2.ASGITransport(app=face, client=("127.0.0.1", 40000))
+        async with httpx2.AsyncClient(transport=transport, base_url="http://face") as client:
+            actions = (await client.get("/api/v1/governance/actions")).json()
+            audit = (await client.get("/api/v1/audit?limit=2")).json()
+            cost = (await client.get("/api/v1/cost")).json()
+            page = (await client.get("/")).text
+    finally:
+        await engine.dispose()
+    assert actions["configured"] is True
+    assert [(a["kind"], a["subject"]) for a in actions["items"]] == [("reclaim", "nlp/idle-0")]
+    assert actions["items"][0]["at"] == "2026-12-01T10:30:00+00:00"
+    assert [(a["kind"], a["subject"]) for a in audit["items"]] == [
+        ("bind", "nlp/next-0"),
+        ("reclaim", "nlp/idle-0"),
+    ]  # the latest two, newest first
+    assert cost["teams"] == [{"team": "nlp", "gpu_hours": 3.0}]  # 2 GPUs for 90 minutes
+    by_day = [b["gpu_hours"].get("nlp", 0.0) for b in cost["buckets"]]
+    assert sum(by_day) == pytest.approx(3.0)
+    assert len(by_day) == 30  # one bucket per day of the window
+    assert "idle 30 min: reclaimed" in page
+    assert 'data-source="store"' in page
+
+
+def test_a_tenant_reads_only_its_namespaces_records() -> None:
+    store = Store()
+    client = face_client(Decider(READERS), "10.1.2.3", store=store)
+    audit = client.get("/api/v1/audit", headers=bearer("vision")).json()["items"]
+    assert [r["subject"] for r in audit] == ["vision/v-0"]
+    assert store.asked == [["vision"]]  # filtered where the records are, before the limit
+    everything = client.get("/api/v1/audit", headers=bearer("admin")).json()["items"]
+    assert len(everything) == 3  # the cluster-scoped policy change only cluster-wide
+    actions = client.get("/api/v1/governance/actions", headers=bearer("vision")).json()
+    assert [r["subject"] for r in actions["items"]] == ["vision/v-0"]
+    cost = client.get("/api/v1/cost", headers=bearer("vision")).json()
+    assert cost["teams"] == [{"team": "vision", "gpu_hours": 2.0}]
+    other = client.get("/api/v1/cost?namespace=nlp", headers=bearer("vision"))
+    assert other.status_code == 403
+    assert "namespace nlp" in other.text
 
 
 def test_without_a_store_the_dashboard_says_so(client: TestClient) -> None:
     assert "no store configured" in client.get("/ui/live").text
+
+
+def test_a_browser_signs_in_with_a_token_in_a_cookie() -> None:
+    decider = Decider(READERS)
+    client = face_client(decider, "10.1.2.3")
+    page = client.get("/")
+    assert page.status_code == 401
+    assert '<form method="post" action="/login">' in page.text
+    assert "--audience gpupool.io/api" in page.text
+    bad = client.post("/login", data={"token": "a b"})
+    assert bad.status_code == 400
+    signed_in = client.post("/login", data={"token": "admin"}, follow_redirects=False)
+    assert signed_in.status_code == 303
+    cookie = signed_in.headers["set-cookie"]
+    assert "gpupool_token=admin" in cookie
+    assert "HttpOnly" in cookie
+    assert "SameSite=strict" in cookie
+    assert client.get("/").status_code == 200  # the cookie is checked like a header
+    assert decider.tokens[-1] == "admin"
+    client.cookies.set("gpupool_token", "stranger")
+    assert client.get("/api/v1/pending").status_code == 401
+    out = client.post("/logout", follow_redirects=False)
+    assert out.status_code == 303
+    assert 'gpupool_token=""' in out.headers["set-cookie"]

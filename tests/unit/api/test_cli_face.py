@@ -23,7 +23,7 @@ SCRIPTS = Path(sys.executable).parent
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    with serving(create_face(example_view(), None)) as url:
+    with serving(create_face(example_view(), None, insecure_local=True)) as url:
         yield url
 
 

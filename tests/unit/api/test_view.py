@@ -34,6 +34,7 @@ def test_cluster_summary_counts() -> None:
     assert summary.nodes == 3
     assert summary.gpus == 10
     assert summary.gpu_milli_used == sum(p.total_gpu_milli for p, _, _ in PLACED)
+    assert summary.capacity_units == 10.0
     assert summary.idle_gpus == 4
     assert summary.allocated_pods == len(PLACED)
     assert summary.pending_pods == len(WAITING)
@@ -51,9 +52,12 @@ def test_pending_in_order_with_reasons() -> None:
 def test_teams_add_up_to_the_cluster() -> None:
     teams = {t.name: t for t in view.teams(example_view())}
     assert set(teams) == {"vision", "nlp", "research"}
-    assert teams["vision"].used_milli == 2500
+    assert teams["vision"].used_units == 2.5  # two whole GPUs and half a T4
+    # nlp: two finetunes of 50% compute and 40 GiB of 80 (0.5 each), a serve of 30% and 20 GiB
+    assert teams["nlp"].used_units == pytest.approx(1.3)
     assert teams["vision"].pending == 1
-    assert sum(t.used_milli for t in teams.values()) == view.cluster(example_view()).gpu_milli_used
+    total = sum(t.used_units for t in teams.values())
+    assert total == pytest.approx(view.cluster(example_view()).allocated_units)
 
 
 def test_empty_view_is_all_zero() -> None:

@@ -6,10 +6,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from benchlib.live_config import LiveConfig, phase_order
+from benchlib.live_report import compare
 
-from gpupool.bench.live_config import LiveConfig, phase_order
-from gpupool.bench.live_report import compare
-from gpupool.bench.provenance import provenance, source_state
+from gpupool.sim.provenance import provenance, source_state
 
 AB = ("gpupool", "kube-scheduler")
 

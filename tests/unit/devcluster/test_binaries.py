@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.devcluster.binaries import MissingBinariesError, find_binaries
+from gpupool.devcluster.binaries import CONTAINERD, MissingBinariesError, find, find_binaries
 
 
 def _fake_bin(folder: Path, names: tuple[str, ...] = ("etcd", "kube-apiserver")) -> Path:
@@ -57,3 +57,15 @@ def test_newest_complete_cache_build_is_the_fallback(tmp_path: Path) -> None:
 def test_nothing_built_explains_how_to_build() -> None:
     with pytest.raises(MissingBinariesError, match=r"build-control-plane\.sh"):
         find_binaries()
+
+
+def test_node_binaries_are_found_the_same_way(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("GPUPOOL_CONTAINERD_BIN", raising=False)
+    with pytest.raises(MissingBinariesError, match=r"build-containerd\.sh"):
+        find(CONTAINERD)
+    names = ("containerd", "containerd-shim-runc-v2", "ctr", "loopback")
+    _fake_bin(tmp_path / "cache" / "node" / "containerd-v2-half" / "bin", names[:3])
+    built = _fake_bin(tmp_path / "cache" / "node" / "containerd-v2-x" / "bin", names)
+    assert find(CONTAINERD) == built

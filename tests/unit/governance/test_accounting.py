@@ -17,6 +17,7 @@ from gpupool.governance.accounting import (
     Usage,
     Window,
     account,
+    ended_at,
     total,
 )
 
@@ -196,3 +197,10 @@ def test_groups_add_up_to_the_total(
 def test_an_allocation_without_a_queue_is_in_a_named_group() -> None:
     usage = account([alloc("a", 0, H, queue="")], Window(0, H), GroupBy.QUEUE)
     assert [u.group for u in usage] == ["(none)"]
+
+
+def test_an_allocation_that_ended_with_no_leader_ends_at_the_pods_end_never_now() -> None:
+    assert ended_at(100.0, finished_at=500.0, last_seen=450.0) == 500.0  # the pod's own time
+    assert ended_at(100.0, finished_at=None, last_seen=450.0) == 450.0  # gone: last seen alive
+    assert ended_at(100.0, finished_at=None, last_seen=None) == 100.0  # nothing known: nothing
+    assert ended_at(100.0, finished_at=50.0, last_seen=None) == 100.0  # never before its start

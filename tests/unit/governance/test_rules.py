@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpupool.core.model import PodSpec
 from gpupool.governance.decisions import Cleanup, ClearWarning, Reclaim, Release, Rule, Warn
 from gpupool.governance.rules import (
     CleanupLimits,
@@ -14,14 +17,20 @@ from gpupool.governance.rules import (
     PodFacts,
     PodPlacement,
     PodWarning,
-    UsagePoint,
     decide,
+    idle_period,
     idle_since,
     phantoms,
 )
+from gpupool.governance.usage import UsageHistory, UsagePoint
+from gpupool.policy.units import compute_fraction
 
 LIMITS = Limits(idle_threshold_percent=10, idle_period=600, grace=120, max_share_duration=7200)
 CLEANUP = CleanupLimits(crash_loop_restarts=3, not_running_timeout=300, node_not_ready_timeout=60)
+
+
+def _history(*points: UsagePoint, limits: Limits = LIMITS) -> UsageHistory:
+    return UsageHistory.of(points, limits.activity)
 
 
 def _idle_usage(
@@ -36,8 +45,12 @@ def _idle_usage(
 
 
 def _pod(**kwargs: object) -> PodFacts:
+    """Facts of pod u1; ``usage`` as samples, folded under :data:`LIMITS`' activity."""
     base: dict[str, object] = {"uid": "u1", "allocated_at": 0.0}
     base.update(kwargs)
+    points = base.get("usage", ())
+    assert isinstance(points, tuple)
+    base["usage"] = _history(*points)
     return PodFacts(**base)  # type: ignore[arg-type]
 
 
@@ -128,18 +141,99 @@ def test_idle_rule_off_without_threshold() -> None:
 
 def test_memory_activity_counts_as_active() -> None:
     loading = (UsagePoint(0, 0, 0), UsagePoint(300, 0, 4000), UsagePoint(600, 0, 8000))
-    assert idle_since(loading, 10, 256) is None  # memory still growing: active
-    assert idle_since((*loading, UsagePoint(900, 0, 8000)), 10, 256) == 900
-    assert idle_since(_idle_usage(0, 600), 10, 256) == 0
+    assert idle_since(_history(*loading)) is None  # memory still growing: active
+    assert idle_since(_history(*loading, UsagePoint(900, 0, 8000))) == 900
+    assert idle_since(_history(*_idle_usage(0, 600))) == 0
+
+
+def test_memory_busy_counts_as_active_unless_turned_off() -> None:
+    """A checkpoint copied to the host: SM 0, memory held steady, memory controller busy."""
+    copying = [UsagePoint(t, 0, 8000, 12) for t in range(0, 1200, 60)]
+    assert idle_since(_history(*copying)) is None
+    blind = Limits(idle_threshold_percent=10, memory_busy_percent=None)
+    assert idle_since(_history(*copying, limits=blind)) == 0
+    under = [UsagePoint(t, 0, 8000, 0.5) for t in range(0, 1200, 60)]  # below the 1 % default
+    assert idle_since(_history(*under)) == 0
+    pod = _pod(usage=(*_idle_usage(0, 600, sm=0), UsagePoint(660, 0, 1000, 30)))
+    assert decide(pod, LIMITS, CLEANUP, 660) is None  # busy at the last sample: not warned
+
+
+@pytest.mark.parametrize(("milli", "busy_sm"), [(100, 9.5), (250, 24), (1000, 95)])
+def test_a_share_working_flat_out_is_active_on_the_whole_gpus_scale(
+    milli: int, busy_sm: float
+) -> None:
+    """NVML's SM figure is a part of the whole GPU: a capped share reads at most its part."""
+    share = PodSpec("s", cpu_milli=0, memory_mib=0, gpu_count=1, gpu_milli=milli)
+    activity = LIMITS.activity_for(compute_fraction(share))
+    flat_out = [UsagePoint(t, busy_sm, 1000) for t in range(0, 1200, 60)]
+    assert idle_since(UsageHistory.of(flat_out, activity)) is None
+    part = milli / 10  # the share's part of the GPU, in percent
+    quiet = [UsagePoint(t, 0.05 * part, 1000) for t in range(0, 1200, 60)]
+    assert idle_since(UsageHistory.of(quiet, activity)) == 0  # 5 % of its part: idle
+    if busy_sm < 10:  # under the whole GPU's threshold the busy share would have been idle
+        assert idle_since(UsageHistory.of(flat_out, LIMITS.activity)) == 0
+
+
+def test_whole_gpus_and_mig_slices_keep_the_pools_threshold() -> None:
+    whole = PodSpec("w", cpu_milli=0, memory_mib=0, gpu_count=2, gpu_milli=1000)
+    mig = PodSpec("m", cpu_milli=0, memory_mib=0, mig_profile="1g.10gb")
+    assert compute_fraction(whole) == compute_fraction(mig) == 1.0
+    assert LIMITS.activity_for(1.0) == LIMITS.activity
 
 
 def test_agent_last_active_covers_lost_history() -> None:
     # one sample after a controller restart, but the agent saw no SM use for 20 min
-    assert idle_since((UsagePoint(1200, 0),), 10, 256, last_active=0.0) == 0.0
+    assert idle_since(_history(UsagePoint(1200, 0)), last_active=0.0) == 0.0
     # SM above zero (but under threshold) now: the agent's time says nothing
-    assert idle_since((UsagePoint(1200, 5),), 10, 256, last_active=0.0) == 1200
+    assert idle_since(_history(UsagePoint(1200, 5)), last_active=0.0) == 1200
     # never idle since before the allocation
-    assert idle_since((UsagePoint(1200, 0),), 10, 256, last_active=0.0, allocated_at=900) == 900
+    assert idle_since(_history(UsagePoint(1200, 0)), last_active=0.0, allocated_at=900) == 900
+    # once an active sample was seen, the samples say since when: lastActive adds nothing
+    seen = _history(UsagePoint(600, 50), UsagePoint(1200, 0))
+    assert idle_since(seen, last_active=0.0) == 1200
+
+
+def test_history_keeps_the_longest_resumed_quiet_run_and_ignores_stale_samples() -> None:
+    points = [UsagePoint(0, 50)]
+    points += [UsagePoint(t, 0) for t in range(60, 960, 60)]  # quiet from 60 to 900
+    points += [UsagePoint(960, 50), UsagePoint(1020, 0), UsagePoint(1080, 60)]
+    history = _history(*points)
+    assert history.longest_quiet == 900  # first quiet sample to the active one
+    assert history.quiet_since is None
+    assert history.observe(UsagePoint(500, 0), LIMITS.activity) is history  # older: ignored
+    quiet = history.observe(UsagePoint(1140, 0), LIMITS.activity)
+    assert (quiet.quiet_since, quiet.longest_quiet) == (1140, 900)  # not over: not counted
+
+
+@pytest.mark.parametrize(
+    ("longest", "expected"),
+    [
+        (0, 600),  # never paused: the pool's period
+        (200, 600),  # a short pause does not shorten it
+        (500, 1000),  # twice the longest resumed quiet phase
+        (1200, 1800),  # capped at three times the pool's
+    ],
+)
+def test_idle_period_learned_from_resumed_quiet_phases(longest: float, expected: float) -> None:
+    history = UsageHistory(UsagePoint(0, 50), None, True, longest)
+    assert idle_period(history, LIMITS) == expected
+    off = Limits(idle_threshold_percent=10, idle_period=600, quiet_history_factor=0)
+    assert idle_period(history, off) == 600
+
+
+def test_pod_that_resumed_after_a_long_pause_is_warned_later() -> None:
+    """A 12-minute checkpoint came and went: the next 12-minute silence is not abandonment."""
+    before = [UsagePoint(0, 50, 1000), *_idle_usage(60, 780, sm=0), UsagePoint(840, 50, 1000)]
+    pause = _idle_usage(900, 900 + 720, sm=0)
+    pod = _pod(usage=(*before, *pause))
+    assert pod.usage.longest_quiet == 780
+    assert decide(pod, LIMITS, CLEANUP, 900 + 720) is None  # 12 min < 2 x 13 min
+    fresh = _pod(usage=(UsagePoint(840, 50, 1000), *pause))
+    assert isinstance(decide(fresh, LIMITS, CLEANUP, 900 + 720), Warn)  # no such history
+    warn = decide(pod, LIMITS, CLEANUP, 900 + 1560)
+    assert isinstance(warn, Warn)
+    assert warn.values["idle_period"] == 1560
+    assert warn.values["longest_quiet_seconds"] == 780
 
 
 def test_queue_limit_shortens_the_pool_limit() -> None:
@@ -154,6 +248,10 @@ def test_queue_limit_shortens_the_pool_limit() -> None:
         ({"idle_threshold_percent": 101}, "idleThreshold.gpuUtilPercent"),
         ({"grace": -1}, "grace"),
         ({"max_share_duration": 0}, "maxShareDuration"),
+        ({"memory_busy_percent": 0}, "memoryBusyPercent"),
+        ({"memory_busy_percent": 101}, "memoryBusyPercent"),
+        ({"quiet_history_factor": -1}, "quietHistoryFactor"),
+        ({"quiet_history_cap": 0.5}, "quietHistoryCap"),
     ],
 )
 def test_bad_settings_name_the_field(kwargs: dict[str, float], field: str) -> None:
@@ -191,5 +289,73 @@ def test_active_pod_never_reclaimed(
     limits = Limits(idle_threshold_percent=10, idle_period=0, grace=0)
     warning = None if warned is None else PodWarning(Rule.IDLE, warned)
     now = usage[-1].time + extra
-    decision = decide(_pod(usage=usage, warning=warning, last_active=0.0), limits, CLEANUP, now)
+    pod = _pod(usage=usage, warning=warning, last_active=0.0)
+    decision = decide(pod, limits, CLEANUP, now)
     assert not isinstance(decision, Warn | Reclaim)
+
+
+BUSY = (UsagePoint(0, 90),)  # active, so no idle rule interferes
+
+
+def test_a_declared_runtime_is_a_limit_warned_at_the_runtime_and_reclaimed_after_grace() -> None:
+    declared = _pod(usage=BUSY, declared_runtime=600.0)
+    assert decide(declared, LIMITS, CLEANUP, 599) is None
+    warn = decide(declared, LIMITS, CLEANUP, 600)
+    assert isinstance(warn, Warn)
+    assert warn.rule is Rule.DECLARED_RUNTIME
+    assert warn.values == {"held_seconds": 600, "expected_runtime": 600, "grace": 120}
+    warned = replace(declared, warning=PodWarning(Rule.DECLARED_RUNTIME, 600))
+    assert decide(warned, LIMITS, CLEANUP, 719) is None  # within the pool's reclaimGrace
+    reclaim = decide(warned, LIMITS, CLEANUP, 720)
+    assert isinstance(reclaim, Reclaim)
+    assert reclaim.rule is Rule.DECLARED_RUNTIME
+    assert reclaim.values["warned_seconds"] == 120
+    assert "rule declared-runtime" in reclaim.message
+
+
+def test_an_undeclared_pod_is_held_only_to_the_pools_limits() -> None:
+    undeclared = _pod(usage=BUSY)
+    assert decide(undeclared, LIMITS, CLEANUP, 7199) is None
+    late = decide(undeclared, LIMITS, CLEANUP, 7200)
+    assert isinstance(late, Warn)
+    assert late.rule is Rule.MAX_SHARE_DURATION
+
+
+def test_the_shorter_time_limit_fires_and_an_exempt_class_keeps_its_declared_runtime() -> None:
+    long_declared = _pod(usage=BUSY, declared_runtime=9000.0)
+    first = decide(long_declared, LIMITS, CLEANUP, 7200)
+    assert isinstance(first, Warn)
+    assert first.rule is Rule.MAX_SHARE_DURATION  # the pool's limit is the shorter
+    # once warned under the shorter limit, passing the other one does not re-warn
+    warned = replace(long_declared, warning=PodWarning(Rule.MAX_SHARE_DURATION, 7200))
+    assert isinstance(decide(warned, LIMITS, CLEANUP, 9100), Reclaim)
+    exempt = Limits(grace=120, max_share_duration=60, exempt_classes=frozenset({"serving"}))
+    serving = _pod(usage=BUSY, pod_class="serving", declared_runtime=600.0)
+    assert decide(serving, exempt, CLEANUP, 599) is None  # exempt from maxShareDuration
+    promised = decide(serving, exempt, CLEANUP, 600)
+    assert isinstance(promised, Warn)
+    assert promised.rule is Rule.DECLARED_RUNTIME  # but not from its own promise
+
+
+def test_a_declared_runtime_counts_only_for_a_running_pod_with_a_trusted_start() -> None:
+    assert decide(_pod(declared_runtime=60.0, phase="Succeeded"), LIMITS, CLEANUP, 1000) is None
+    untrusted = _pod(declared_runtime=60.0, allocated_at=None, usage=BUSY)
+    assert decide(untrusted, LIMITS, CLEANUP, 1000) is None
+
+
+def test_a_pod_bound_without_a_trusted_record_is_cleaned_up_after_the_timeout() -> None:
+    bypassed = _pod(allocated_at=None, unplaced_since=1000.0, usage=BUSY)
+    assert decide(bypassed, LIMITS, CLEANUP, 1299) is None
+    cleanup = decide(bypassed, LIMITS, CLEANUP, 1300)
+    assert isinstance(cleanup, Cleanup)
+    assert cleanup.rule is Rule.NOT_RUNNING
+    assert cleanup.values == {
+        "bound_seconds": 300,
+        "timeout": 300,
+        "why": "bound without a trusted allocation record",
+    }
+    pending = replace(bypassed, phase="Pending")
+    assert isinstance(decide(pending, LIMITS, CLEANUP, 1300), Cleanup)
+    # a finished one holds nothing; one being deleted is on its way out
+    assert decide(replace(bypassed, phase="Failed"), LIMITS, CLEANUP, 5000) is None
+    assert decide(replace(bypassed, deleting=True), LIMITS, CLEANUP, 5000) is None

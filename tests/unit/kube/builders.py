@@ -11,16 +11,17 @@ from typing import Any
 import msgspec
 
 from gpupool.core.decisions import Bind
+from gpupool.core.filtering import node_checks
 from gpupool.core.model import PodSpec
-from gpupool.kube import allocation
-from gpupool.kube.records import NodeRecord, PodRecord
-from gpupool.kube.signing import RecordSigner
-from gpupool.kube.state import ClusterState
+from gpupool.kube.objects import allocation
+from gpupool.kube.objects.records import NodeRecord, PodRecord
+from gpupool.kube.objects.signing import RecordSigner
+from gpupool.kube.scheduler.state import ClusterState
 
 Json = dict[str, Any]
 
 HEARTBEAT = "2025-01-01T00:00:00Z"
-SIGNER = RecordSigner(b"test-signing-key-0123456789abcdef")
+SIGNER = RecordSigner.generate()
 """The scheduler's key in unit tests: records signed with it are the scheduler's own."""
 
 
@@ -248,4 +249,7 @@ def make_state(*nodes: NodeRecord, pods: tuple[PodRecord, ...] = ()) -> ClusterS
 
 
 def masks(state: ClusterState, record: PodRecord) -> dict[str, list[bool]]:
-    return {name: [bool(v) for v in mask] for name, mask in state.node_checks(record)}
+    """The core's node checks for the pod's translated request on the state's snapshot."""
+    assert state.snapshot is not None
+    checks = node_checks(state.snapshot, state.spec_of(record).constraints)
+    return {name: [bool(v) for v in mask] for name, mask in checks}

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from gpupool.core.model import PodSpec
-from gpupool.kube.allocation import (
+from gpupool.kube.objects.allocation import (
     AllocationFormatError,
     AllocationRecord,
     GpuShare,

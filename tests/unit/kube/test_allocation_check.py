@@ -6,9 +6,7 @@ import json
 from typing import Any
 
 import pytest
-
-from gpupool.devcluster.fakenodes import FakeGpuNode
-from gpupool.kube.allocation_check import (
+from benchlib.allocation_check import (
     PROBLEMS,
     AllocationProblemError,
     NodeGpus,
@@ -16,6 +14,8 @@ from gpupool.kube.allocation_check import (
     inventory,
     raise_for_problems,
 )
+
+from gpupool.devcluster.fakenodes import FakeGpuNode
 
 H100 = 81559
 NODES = inventory(

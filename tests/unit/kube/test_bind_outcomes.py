@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpupool.kube.api import ApiError
-from gpupool.kube.writes import BindOutcome, classify
+from gpupool.kube.client.api import ApiError
+from gpupool.kube.scheduler.writes import BindOutcome, classify
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import httpx2
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from gpupool.kube.http import HttpServer, build_app, parse_address
+from gpupool.kube.controlplane.http import HttpServer, build_app, parse_address
 
 
 @pytest.mark.parametrize(

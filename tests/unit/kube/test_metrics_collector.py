@@ -6,11 +6,12 @@ import httpx2
 import pytest
 from prometheus_client import generate_latest
 
-from gpupool.kube.api import KubeAPI
-from gpupool.kube.informer import ADDED
-from gpupool.kube.live import LiveConfig, LiveScheduler
-from gpupool.kube.metrics import pending_reason, scheduler_registry
-from gpupool.kube.observe import LatencyHistogram
+from gpupool.kube.client.api import KubeAPI
+from gpupool.kube.client.informer import ADDED
+from gpupool.kube.controlplane.metrics import pending_reason, scheduler_registry
+from gpupool.kube.scheduler.config import LiveConfig
+from gpupool.kube.scheduler.live import LiveScheduler
+from gpupool.kube.scheduler.observe import LatencyHistogram
 
 from .builders import node, pod
 

@@ -15,14 +15,15 @@ from typing import Any
 import httpx2
 import msgspec
 
-from gpupool.kube import allocation
-from gpupool.kube.api import KubeAPI
-from gpupool.kube.informer import ADDED, DELETED
-from gpupool.kube.live import LiveConfig, LiveScheduler
-from gpupool.kube.policy_book import epoch_seconds
-from gpupool.kube.policy_cycle import ordering_wait
-from gpupool.kube.records import PolicyObjectRecord
-from gpupool.policy.runtime import DEFAULT_RUNTIME
+from gpupool.kube.client.api import KubeAPI
+from gpupool.kube.client.informer import ADDED, DELETED
+from gpupool.kube.objects import allocation
+from gpupool.kube.objects.records import PolicyObjectRecord
+from gpupool.kube.policy.book import epoch_seconds
+from gpupool.kube.scheduler.apply import ordering_wait
+from gpupool.kube.scheduler.config import LiveConfig
+from gpupool.kube.scheduler.live import LiveScheduler
+from gpupool.scheduling.runtime import DEFAULT_RUNTIME
 
 from .builders import SIGNER, annotated, node, pod
 
@@ -83,8 +84,8 @@ def _reasons(reports: list[tuple[str, str, Json, str]]) -> dict[str, str]:
 async def _settle(scheduler: LiveScheduler) -> None:
     for _ in range(20):
         await asyncio.sleep(0)
-    if scheduler._binds:
-        await asyncio.gather(*scheduler._binds)
+    if scheduler.binder.tasks:
+        await asyncio.gather(*scheduler.binder.tasks)
 
 
 async def test_admit_binds_with_pool_and_queue_and_a_ceiling_holds_the_next_pod() -> None:
@@ -274,3 +275,28 @@ async def test_a_pod_that_succeeds_teaches_its_queue_a_runtime() -> None:
     await scheduler.cycle()
     assert "uid-job" not in scheduler.book.running
     assert scheduler.book.ledger.used.sum() == 0
+
+
+async def test_a_pod_whose_selector_rules_out_the_cheapest_victim_evicts_on_its_own_node() -> None:
+    """young on n1 would lose least, but the preemptor's selector names n0: old is evicted."""
+    recorder = Recorder()
+    scheduler = _scheduler(recorder)
+    scheduler._on_node(ADDED, node("n0", gpus=1, labels={"zone": "a"}))
+    scheduler._on_node(ADDED, node("n1", gpus=1, labels={"zone": "b"}))
+    for name, at, started in (
+        ("old", "n0", "2025-01-01T00:00:00Z"),
+        ("young", "n1", "2025-01-01T01:00:00Z"),
+    ):
+        bound = pod(
+            name, gpus=1, node=at, priority=1, created=started,
+            annotations=annotated(at, (0,), uid=f"uid-{name}"),
+        )  # fmt: skip
+        scheduler._on_pod(ADDED, bound)
+    scheduler._on_pod(ADDED, pod("high", gpus=1, priority=100, selector={"zone": "a"}))
+    await scheduler.cycle()
+    await _settle(scheduler)
+
+    ((path, _),) = recorder.posted("/eviction")
+    assert path == "/api/v1/namespaces/default/pods/old/eviction"
+    assert scheduler.preemptions.nominated == {"uid-high": "n0"}
+    assert _reasons(_reports(scheduler))["high"].startswith("nominated to node n0: preempting 1")

@@ -6,9 +6,11 @@ from typing import Any
 
 import msgspec
 
-from gpupool.kube.policy_book import queue_label
-from gpupool.kube.policy_source import compile_config
-from gpupool.kube.records import PolicyObjectRecord
+from gpupool.core.model import NodeSpec, PodSpec
+from gpupool.kube.objects.records import PodRecord, PolicyObjectRecord
+from gpupool.kube.policy.book import workload_of
+from gpupool.kube.policy.source import compile_config
+from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.spec import PoolMode
 
 from .builders import pod
@@ -75,9 +77,13 @@ def test_two_queues_may_serve_a_namespace_and_the_label_chooses_only_among_them(
     ]
     config, problems = compile_config([], queues)
     assert problems == {}
-    assert queue_label(pod("p", namespace="team", labels={"gpupool.io/queue": "gold"}), config) == (
-        "gold"
-    )
+    tables = ClusterPolicy.build(config, [NodeSpec("n", 1000, 1000)]).tables
+
+    def charged(record: PodRecord) -> str:
+        workload = workload_of(record, PodSpec(record.metadata.uid, 0, 0), config.queues)
+        return tables.queues[tables.queue_of(workload.namespace, workload.queue)].name
+
+    assert charged(pod("p", namespace="team", labels={"gpupool.io/queue": "gold"})) == "gold"
+    assert charged(pod("p", namespace="team")) == "bronze"  # no label: the first by name
     # a label naming a queue that does not serve the namespace is not believed
-    forged = pod("q", namespace="other", labels={"gpupool.io/queue": "gold"})
-    assert queue_label(forged, config) == ""
+    assert charged(pod("q", namespace="other", labels={"gpupool.io/queue": "gold"})) == "default"

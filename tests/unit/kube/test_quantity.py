@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import pytest
 
-from gpupool.kube.quantity import QuantityError, parse_quantity, to_count, to_mib, to_milli
+from gpupool.kube.objects.quantity import QuantityError, parse_quantity, to_count, to_mib, to_milli
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpupool.kube.queue import SchedulingQueue, Where
+from gpupool.kube.scheduler.queue import SchedulingQueue, Where
 
 
 def order(uid: str) -> str:
@@ -95,3 +95,8 @@ def test_pods_that_leave_pending_leave_the_queue() -> None:
 def test_bad_backoff_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="backoff"):
         SchedulingQueue(initial_backoff=5.0, max_backoff=1.0)
+
+
+def test_a_pod_refused_for_days_still_waits_the_cap() -> None:
+    """Thousands of failed attempts: the wait stays at the cap (2.0 ** 1100 would overflow)."""
+    assert SchedulingQueue().backoff_for(5_000) == 10.0

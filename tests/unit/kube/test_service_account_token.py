@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from gpupool.kube.api import InClusterConfigError, KubeAPI, ServiceAccountToken
+from gpupool.kube.client.api import InClusterConfigError, KubeAPI, ServiceAccountToken
 
 
 class Clock:

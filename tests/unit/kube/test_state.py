@@ -8,17 +8,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupool.core.snapshot import ClusterSnapshot
-from gpupool.kube import allocation
-from gpupool.kube.live import _pod_order
-from gpupool.kube.node_checks import (
+from gpupool.core.filtering import (
     REASON_NOT_READY,
     REASON_SELECTOR,
     REASON_TAINTS,
     REASON_UNSCHEDULABLE,
 )
-from gpupool.kube.records import PodRecord
-from gpupool.kube.state import ClusterState
+from gpupool.core.snapshot import ClusterSnapshot
+from gpupool.kube.objects import allocation
+from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.scheduler.intake import pod_order
+from gpupool.kube.scheduler.state import ClusterState
 
 from .builders import (
     SIGNER,
@@ -164,7 +164,7 @@ def test_pod_order_priority_then_age() -> None:
         pod("b-tie", priority=0, created="2025-01-01T00:00:00Z"),
         pod("a-tie", priority=0, created="2025-01-01T00:00:00Z", namespace="zz"),
     )
-    names = [p.metadata.name for p in sorted(pods, key=_pod_order)]
+    names = [p.metadata.name for p in sorted(pods, key=pod_order)]
     assert names == ["old-high", "new-high", "b-tie", "old-low", "a-tie", "new-low", "negative"]
 
 
@@ -764,3 +764,26 @@ def test_trusted_records_win_whatever_the_order_of_events(
         assert state.foreign == {f"uid-f{i}" for i in range(len(forged))}
         held_gpus = sum(len(a.gpus) for a in snapshot.allocations.values())
         assert held_gpus == min(4, len(pods))  # every pod held, none twice, never nothing
+
+
+def test_a_pod_on_a_gpu_that_breaks_is_warned_once_and_keeps_its_gpu() -> None:
+    warnings: list[tuple[str, str]] = []
+    state = ClusterState("gpupool", signer=SIGNER, warn=lambda p, r, m: warnings.append((r, m)))
+    state.restart()
+    state.on_node(ADDED, node("n0", gpus=2))
+    first = bound("p", "n0", (1,), gpus=1, cores=40)
+    state.on_pod(ADDED, first)
+    state.sync()
+    assert warnings == []
+    broken = node_dict("n0", gpus=2, resource_version="2")
+    broken["metadata"]["annotations"]["gpupool.io/gpu-unhealthy"] = "GPU-n0-1"
+    broken["status"]["allocatable"]["gpupool.io/gpu"] = "1"
+    state.on_node(MODIFIED, decode_node(broken))
+    state.sync()
+    assert gpu_free(state, "n0") == [1000, 600]  # still held where its record says
+    assert [r for r, _ in warnings] == ["GPUUnhealthy"]
+    assert "GPU-n0-1" in warnings[0][1]
+    state.on_pod(MODIFIED, first)
+    state.invalidate()
+    state.sync()
+    assert len(warnings) == 1

@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from gpupool.core.decisions import Bind
 from gpupool.core.snapshot import ClusterSnapshot
-from gpupool.kube.state import ClusterState
+from gpupool.kube.scheduler.state import ClusterState
 
 from .builders import (
     SIGNER,

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from gpupool.core.model import NodeSpec, PodSpec, RequestKind
-from gpupool.kube.translate import InvalidObjectError, gpu_uuids, node_spec, pod_spec
+from gpupool.kube.objects.translate import InvalidObjectError, gpu_uuids, node_spec, pod_spec
 
 from .builders import Json, decode_node, decode_pod, node, node_dict, pod, pod_dict
 
@@ -371,6 +371,27 @@ def test_node_spec_bad_allocatable_names_the_field(name: str, amount: str) -> No
     with pytest.raises(InvalidObjectError) as caught:
         node_spec(decode_node(obj))
     assert caught.value.field == f"status.allocatable[{name}]"
+
+
+@pytest.mark.parametrize(
+    ("allocatable", "unhealthy", "gpus", "broken"),
+    [
+        ("3", "GPU-n1-1", 4, (1,)),  # one device per GPU: the broken one keeps its index
+        ("12", "GPU-n1-0,GPU-n1-3", 4, (0, 3)),  # four slots per healthy GPU
+        ("0", "GPU-n1-0,GPU-n1-1,GPU-n1-2,GPU-n1-3", 4, (0, 1, 2, 3)),
+        ("0", "GPU-n1-0", 0, ()),  # not registered yet: no GPU to place on at all
+        ("4", "GPU-other-0", 4, ()),  # a node cannot take another node's GPU out of service
+        ("4", "", 4, ()),
+    ],
+)
+def test_node_spec_unhealthy_gpus_from_the_agent_annotation(
+    allocatable: str, unhealthy: str, gpus: int, broken: tuple[int, ...]
+) -> None:
+    obj = node_dict("n1", gpus=4)
+    obj["status"]["allocatable"]["gpupool.io/gpu"] = allocatable
+    obj["metadata"]["annotations"]["gpupool.io/gpu-unhealthy"] = unhealthy
+    spec = node_spec(decode_node(obj))
+    assert (spec.gpu_count, spec.unhealthy_gpus) == (gpus, broken)
 
 
 # -- gpu_uuids ---------------------------------------------------------------------------------

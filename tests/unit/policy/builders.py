@@ -10,7 +10,8 @@ from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.spec import PolicyConfig, PoolMode, PoolSpec, QueueSpec, QuotaSpec
 from gpupool.policy.workload import Running, Workload
-from gpupool.scheduling.engine import Admit, CycleRequest, CycleResult, EngineOptions, PolicyEngine
+from gpupool.scheduling.decisions import Admit, CycleRequest, CycleResult, EngineOptions
+from gpupool.scheduling.engine import PolicyEngine
 from gpupool.scheduling.policies.bestfit import BestFitPolicy
 
 

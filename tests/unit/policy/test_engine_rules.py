@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpupool.policy.preemption import Rule
 from gpupool.policy.spec import PolicyConfig, PoolMode, PoolSpec, QueueSpec
 from gpupool.policy.workload import Running, Workload
-from gpupool.scheduling.engine import Admit, EngineOptions, Preempt, Wait
+from gpupool.scheduling.decisions import Admit, EngineOptions, Preempt, Wait
+from gpupool.scheduling.preemption import Rule
 
 from .builders import Cluster, node, queue, whole, work
 
@@ -98,8 +98,25 @@ Q = queue("q", "p")
             (queue("a", "p", guaranteed=1), queue("b", "p", priority=10)),
             [(work(whole("b1"), "b"), 0.0), (work(whole("b2"), "b"), 10.0)],
             work(whole("a1"), "a"),
+            ("reclaim", ("b2",)),
+            id="reclaim-from-a-higher-priority-queue",
+        ),
+        pytest.param(
+            (queue("a", "p", guaranteed=1), queue("b", "p")),
+            [
+                (work(whole("b1"), "b", priority=1000), 0.0),
+                (work(whole("b2"), "b", priority=1000), 10.0),
+            ],
+            work(whole("a1"), "a"),
+            ("reclaim", ("b2",)),
+            id="reclaim-ignores-the-borrowers-pod-priorities",
+        ),
+        pytest.param(
+            (queue("a", "p"), queue("b", "p")),
+            [(work(whole("b1"), "b"), 0.0), (work(whole("b2"), "b"), 10.0)],
+            work(whole("a1"), "a", priority=1000),
             None,
-            id="no-reclaim-from-a-higher-priority-queue",
+            id="a-pod-priority-evicts-nothing-of-another-queue",
         ),
         pytest.param(
             (queue("a", "p", guaranteed=2), queue("b", "p")),
@@ -203,7 +220,7 @@ def test_backfill(options: EngineOptions, small: Workload, expected: str) -> Non
         assert isinstance(other, Wait)
         assert other.reason == expected
     if options.backfill:
-        (reservation,) = result.reservations.values()
+        ((reservation,),) = result.reservations.values()
         assert (reservation.pod, reservation.node, reservation.start_at) == ("big", 0, 5000.0)
 
 

@@ -8,8 +8,14 @@ import pytest
 from gpupool.core.model import PodSpec
 from gpupool.core.snapshot import AllocationError, ClusterSnapshot
 from gpupool.policy.pools import NO_POOL, PoolLayout
-from gpupool.policy.spec import MODEL_LABEL, PolicyConfig, PoolMode, PoolSpec
-from gpupool.scheduling.engine import Admit, Wait
+from gpupool.policy.spec import (
+    DEFAULT_MAX_PODS_PER_GPU,
+    MODEL_LABEL,
+    PolicyConfig,
+    PoolMode,
+    PoolSpec,
+)
+from gpupool.scheduling.decisions import Admit, Wait
 
 from .builders import Cluster, mig, node, share, whole, work
 
@@ -28,8 +34,10 @@ def test_membership_and_the_default_pool() -> None:
     layout = PoolLayout.build((EXCLUSIVE, SHARED, MIG_POOL), NODES)
     assert [pool.name for pool in layout.pools] == ["train", "dev", "slices", "default"]
     assert layout.node_pool.tolist() == [0, 1, 2, 3]
-    assert layout.capacity.tolist() == [4000, 4000, 4000, 4000]
+    # the MIG pool's node also offers 2 x 1g (143 each) and 1 x 3g (429): its real capacity
+    assert layout.capacity.tolist() == [4000, 4000, 4715, 4000]
     assert layout.conflicts == ()
+    assert layout.pods_per_gpu.tolist() == [1, 2, 1, DEFAULT_MAX_PODS_PER_GPU]
 
 
 def test_a_node_two_pools_select_belongs_to_neither() -> None:
@@ -37,6 +45,7 @@ def test_a_node_two_pools_select_belongs_to_neither() -> None:
     layout = PoolLayout.build((EXCLUSIVE, both), [node("x0", group="x"), node("h", model="H100")])
     assert layout.node_pool.tolist() == [NO_POOL, 2]  # x0 is A100 in group x; h matches neither
     assert layout.conflicts == (("x0", ("train", "any-a100")),)
+    assert layout.pods_per_gpu.tolist() == [0, DEFAULT_MAX_PODS_PER_GPU]
     assert not any(mask[0] for mask in layout.masks)
     cluster = Cluster(
         [node("x0", group="x"), node("h", model="H100")], PolicyConfig((EXCLUSIVE, both))
@@ -52,7 +61,13 @@ def test_no_pools_means_one_default_pool_over_every_node() -> None:
     cluster = Cluster(NODES, PolicyConfig())
     assert [pool.name for pool in cluster.policy.layout.pools] == ["default"]
     assert cluster.policy.layout.node_checks(0) == ()  # no mask: as fast as before
-    assert not cluster.snapshot.sharing_limited
+    # the agent advertises DEFAULT_MAX_PODS_PER_GPU devices per GPU there: no more pods fit
+    assert (cluster.snapshot.gpu_pods_capacity[cluster.snapshot.gpu_exists] == 4).all()
+
+
+def test_the_trace_protocol_alone_has_no_pod_limit_per_gpu() -> None:
+    cluster = Cluster(NODES, PolicyConfig(default_pool_max_pods_per_gpu=None))
+    assert not cluster.snapshot.sharing_limited  # nothing configured: the protocol's fast path
 
 
 @pytest.mark.parametrize(

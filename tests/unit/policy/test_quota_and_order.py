@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpupool.policy.ordering import dominant_shares, order_pending
 from gpupool.policy.quota import hold_reason
 from gpupool.policy.spec import PolicyConfig, PoolMode, PoolSpec
-from gpupool.scheduling.engine import Admit, Wait
+from gpupool.scheduling.decisions import Admit, Wait
+from gpupool.scheduling.ordering import dominant_shares, order_pending
 
 from .builders import Cluster, node, queue, share, whole, work
 
@@ -97,4 +97,23 @@ def test_order_priority_then_fair_share_then_age() -> None:
     ordered = order_pending(pending, tables, layout, cluster.ledger)
     assert [w.name for w, _ in ordered] == [
         "high-urgent", "high-old", "high-new", "under-new", "heavy", "over-old"
+    ]  # fmt: skip
+
+
+def test_queues_come_before_pods_a_borrowers_pod_priority_buys_nothing() -> None:
+    cluster = cluster_with(
+        queue("under", "a100-shared", guaranteed=4),
+        queue("borrower", "a100-shared"),
+    )
+    cluster.ledger.used[:2, 0] = [1000, 6000]
+    tables, layout = cluster.policy.tables, cluster.policy.layout
+    pending = [
+        (work(whole("urgent-borrow"), "borrower", priority=1000, created_at=0), 1),
+        (work(whole("borrow-old"), "borrower", created_at=-5), 1),
+        (work(whole("under-plain"), "under", created_at=3), 0),
+        (work(whole("under-urgent"), "under", priority=5, created_at=9), 0),
+    ]
+    ordered = order_pending(pending, tables, layout, cluster.ledger)
+    assert [w.name for w, _ in ordered] == [
+        "under-urgent", "under-plain", "urgent-borrow", "borrow-old"
     ]  # fmt: skip

@@ -8,6 +8,7 @@ import pytest
 
 from gpupool.core.model import PodSpec
 from gpupool.policy.config import PolicyConfigError, parse_duration, parse_policy
+from gpupool.policy.membership import pod_class, pod_queue
 from gpupool.policy.spec import PoolMode
 from gpupool.policy.units import format_units, milli_units
 
@@ -25,6 +26,7 @@ from .builders import mig, share, whole
         pytest.param(share("s", 100, 4096), 0, 1000, id="memory-on-unknown-gpu-counts-whole"),
         pytest.param(mig("m", "3g.40gb"), 81_920, 429, id="mig-3g"),
         pytest.param(mig("m", "1g.10gb"), 81_920, 143, id="mig-1g"),
+        pytest.param(mig("m", "1g.10gb+me"), 81_920, 143, id="mig-1g-with-attribute"),
         pytest.param(mig("m", "odd"), 81_920, 1000, id="mig-unknown-profile"),
     ],
 )
@@ -66,12 +68,15 @@ def test_a_full_config_parses_with_crd_defaults() -> None:
         [
             pool_doc("a100-shared", nodeSelector={"gpupool.io/gpu-model": "A100"},
                      shared={"maxPodsPerGPU": 8, "memoryOvercommit": 1.5},
-                     allowedClasses=["inference", "dev"]),
+                     allowedClasses=["inference", "dev"],
+                     governance={"idleThreshold": {"gpuUtilPercent": 5}, "idleGrace": "30m",
+                                 "maxShareDuration": "8h", "exemptClasses": ["inference"]}),
             pool_doc("plain"),
             {"kind": "GPUPool", "metadata": {"name": "x"}, "spec": {"mode": "Exclusive"}},
             queue_doc("research", priority=100, weight=2, maxConcurrentPods=50,
                       quotas=[{"pool": "a100-shared", "guaranteed": 4, "ceiling": 12}],
-                      minRuntimeBeforePreemption="10m", reclaimable=False),
+                      minRuntimeBeforePreemption="10m", reclaimable=False,
+                      maxShareDuration="2h"),
         ]
     )  # fmt: skip
     shared, plain, exclusive = config.pools
@@ -81,12 +86,51 @@ def test_a_full_config_parses_with_crd_defaults() -> None:
     assert shared.allowed_classes == {"inference", "dev"}
     assert (plain.max_pods_per_gpu, plain.compute_overcommit) == (4, 1.0)  # CRD defaults
     assert exclusive.max_pods_per_gpu is None
+    governed = shared.governance
+    assert (governed.idle_threshold_percent, governed.idle_period) == (5.0, 1800.0)
+    assert (governed.max_share_duration, governed.grace) == (8 * 3600.0, 300.0)
+    assert governed.exempt_classes == {"inference"}
+    assert plain.governance.idle_threshold_percent is None  # no idle reclaim unless asked
     (research,) = config.queues
+    assert research.max_share_duration == 7200.0
     assert (research.priority, research.weight, research.max_concurrent_pods) == (100, 2.0, 50)
     assert research.quota("a100-shared") is not None
     assert (research.quotas[0].guaranteed, research.quotas[0].ceiling) == (4000, 12_000)
     assert research.min_runtime_before_preemption == 600.0
     assert research.reclaimable is False
+
+
+def test_a_namespace_two_queues_serve_is_allowed_and_the_rule_picks_the_queue() -> None:
+    config = parse_policy(
+        [queue_doc("b", namespaces=["team"]), queue_doc("a", namespaces=["team"])]
+    )
+    assert [pod_queue(config.queues, "team", label) for label in ("", "b", "a", "x")] == [
+        "a",  # no label: the first serving queue by name
+        "b",  # a label naming a serving queue
+        "a",
+        "a",  # a label naming no serving queue is ignored
+    ]
+    assert pod_queue(config.queues, "elsewhere", "a") == "default"  # no tenant charges "a"
+
+
+def test_a_class_counts_only_where_the_pods_own_queue_allows_it() -> None:
+    config = parse_policy(
+        [
+            queue_doc("gold", namespaces=["team"], allowedClasses=["training"]),
+            queue_doc("open", namespaces=["team"]),
+        ]
+    )
+    assert config.queues[0].allowed_classes == frozenset({"training"})
+    cases = [
+        ("gold", "training", "training"),  # allowed by its queue
+        ("gold", "serving", ""),  # not allowed: counts as no class
+        ("open", "serving", "serving"),  # empty allowedClasses: every class
+        ("", "serving", ""),  # no label: its queue is "gold" (first by name)
+        ("gold", "", ""),  # no class is always allowed
+    ]
+    for queue, label, counted in cases:
+        assert pod_class(config.queues, "team", queue, label) == counted, (queue, label)
+    assert pod_class(config.queues, "elsewhere", "gold", "serving") == "serving"  # default queue
 
 
 @pytest.mark.parametrize(
@@ -103,6 +147,7 @@ def test_a_full_config_parses_with_crd_defaults() -> None:
         ),
         ([pool_doc(nodeSelector={"k": 3})], "spec.nodeSelector.k: must be a string"),
         ([pool_doc(allowedClasses="dev")], "spec.allowedClasses: must be a list"),
+        ([queue_doc(allowedClasses="dev")], "GPUQueue q: spec.allowedClasses: must be a list"),
         ([pool_doc("default")], "'default' is the implicit pool"),
         ([pool_doc(), pool_doc()], "GPUPool a: metadata.name: defined twice"),
         ([queue_doc(namespaces=[])], "GPUQueue q: spec.namespaces: must list at least 1"),
@@ -120,8 +165,16 @@ def test_a_full_config_parses_with_crd_defaults() -> None:
          "spec.minRuntimeBeforePreemption: must be a duration"),
         ([queue_doc(reclaimable="yes")], "spec.reclaimable: must be true or false"),
         ([queue_doc(maxConcurrentPods=-1)], "spec.maxConcurrentPods: must be >= 0"),
-        ([queue_doc("a"), queue_doc("b", namespaces=["a"])],
-         "GPUQueue b: spec.namespaces: 'a' is already in queue 'a'"),
+        ([pool_doc(governance={"idleGrace": "30m"})],
+         "spec.governance.idleThreshold: idleThreshold and idleGrace are set together"),
+        ([pool_doc(governance={"idleThreshold": {"gpuUtilPercent": 101}, "idleGrace": "1m"})],
+         "spec.governance.idleThreshold.gpuUtilPercent: must be >= 0 and <= 100"),
+        ([pool_doc(governance={"maxShareDuration": "1d"})],
+         "spec.governance.maxShareDuration: must be a duration"),
+        ([pool_doc(governance={"exemptClasses": "dev"})],
+         "spec.governance.exemptClasses: must be a list"),
+        ([pool_doc(governance=[])], "spec.governance: must be a mapping"),
+        ([queue_doc(maxShareDuration="0s")], "GPUQueue q: spec.maxShareDuration: must be longer"),
         ([{"kind": "Pod", "metadata": {"name": "x"}}], "document 0: kind: must be GPUPool"),
         ([{"kind": "GPUQueue", "spec": {}}], "document 0 (GPUQueue): metadata.name: required"),
         (["text"], "document 0: must be a mapping"),

@@ -96,7 +96,7 @@ def test_demo_session_starts_busy_and_is_reproducible() -> None:
     first, second = DemoSession(seed=3, warm_hours=2.0), DemoSession(seed=3, warm_hours=2.0)
     summary = first.summary()
     assert summary.running > 20
-    assert summary.allocated_units > 0.5 * summary.gpus
+    assert summary.allocated_units > 0.5 * summary.capacity_units
     assert {use.queue for use in summary.queues} >= {"vision", "nlp", "serving", "research"}
     with first.locked() as a, second.locked() as b:
         assert a.running.keys() == b.running.keys()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gpupool.webhook.facts import ClusterFacts, QueueFacts
+from gpupool.policy.spec import QueueSpec
+from gpupool.webhook.facts import ClusterFacts
 
 Json = dict[str, Any]
 
@@ -15,9 +16,9 @@ FACTS = ClusterFacts(
     most_gpus_per_node=8,
     mig_profiles=frozenset({"1g.10gb", "3g.40gb"}),
     queues={
-        "research": QueueFacts("research", frozenset({"team-a", "shared"})),
-        "prod": QueueFacts("prod", frozenset({"team-b", "shared"})),
-        "closed": QueueFacts("closed", frozenset({"team-c"}), max_concurrent_pods=0),
+        "research": QueueSpec("research", frozenset({"team-a", "shared"})),
+        "prod": QueueSpec("prod", frozenset({"team-b", "shared"})),
+        "closed": QueueSpec("closed", frozenset({"team-c"}), max_concurrent_pods=0),
     },
 )
 

@@ -3,12 +3,14 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from gpupool.kube.records import PodRecord
-from gpupool.kube.translate import pod_spec
+from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.objects.translate import pod_spec
+from gpupool.policy.spec import QueueSpec
 from gpupool.webhook.admission import (
     AdmissionConfig,
     PodReview,
     Verdict,
+    class_refusal_message,
     review_pod,
     validate_only,
 )
@@ -256,3 +258,53 @@ def test_the_validating_webhook_refuses_a_pod_that_bypassed_mutation() -> None:
 def test_other_operations_are_admitted() -> None:
     review = PodReview("DELETE", "team-a", "u", pod({"gpupool.io/gpu": "99"}))
     assert review_pod(review, FACTS) == Verdict()
+
+
+CLASSED = ClusterFacts(
+    queues={
+        "train": QueueSpec(
+            "train", frozenset({"ml", "shared"}), allowed_classes=frozenset({"training"})
+        ),
+        "any": QueueSpec("any", frozenset({"shared"})),
+    }
+)
+
+
+def test_a_class_its_queue_does_not_allow_is_refused_with_the_policys_message() -> None:
+    obj = pod({"gpupool.io/gpu": "1"}, labels={"gpupool.io/class": "serving"}, namespace="ml")
+    verdict = create(obj, CLASSED)
+    assert verdict.refusal is not None
+    assert verdict.refusal.field == "metadata.labels[gpupool.io/class]"
+    # the ValidatingAdmissionPolicy builds the same string (tests/integration/test_queue_classes)
+    assert str(verdict.refusal) == class_refusal_message("serving", "train", "ml")
+    assert "spec.allowedClasses of GPUQueue 'train'" in verdict.refusal.message
+    allowed = pod({"gpupool.io/gpu": "1"}, labels={"gpupool.io/class": "training"}, namespace="ml")
+    assert create(allowed, CLASSED).allowed
+
+
+def test_every_queue_serving_the_namespace_must_allow_the_class() -> None:
+    """As strict as the admission policy, which cannot see which queue a label chooses."""
+    labels = {"gpupool.io/class": "serving", "gpupool.io/queue": "any"}
+    obj = pod({"gpupool.io/gpu": "1"}, labels=labels, namespace="shared")
+    assert refused(create(obj, CLASSED)) == (
+        "metadata.labels[gpupool.io/class]",
+        "class 'serving' is not in spec.allowedClasses of GPUQueue 'train', which serves "
+        "namespace 'shared'",
+    )
+
+
+def test_the_default_class_is_given_only_where_every_serving_queue_allows_it() -> None:
+    obj = pod({"gpupool.io/gpu": "1"}, namespace="ml")
+    mutated = apply_patch(obj, create(obj, CLASSED).patch)
+    assert mutated["metadata"]["labels"] == {"gpupool.io/queue": "train"}  # no class: allowed
+    free = pod({"gpupool.io/gpu": "1"}, namespace="team-a")
+    labels = apply_patch(free, create(free).patch)["metadata"]["labels"]
+    assert labels["gpupool.io/class"] == "default"
+
+
+def test_an_update_may_not_change_the_class_to_one_the_queue_does_not_allow() -> None:
+    old = pod({"gpupool.io/gpu": "1"}, labels={"gpupool.io/class": "training"}, namespace="ml")
+    new = pod({"gpupool.io/gpu": "1"}, labels={"gpupool.io/class": "serving"}, namespace="ml")
+    assert refused(update(old, new, CLASSED))[0] == "metadata.labels[gpupool.io/class]"
+    # a pod whose class was allowed once is not refused its other updates when the queue changes
+    assert update(new, new | {"spec": new["spec"] | {"priority": 0}}, CLASSED) == Verdict()

@@ -3,11 +3,10 @@ from __future__ import annotations
 import httpx2
 import msgspec
 
-from gpupool.kube.api import KubeAPI
-from gpupool.kube.informer import ADDED, DELETED, MODIFIED
-from gpupool.kube.records import NodeRecord
+from gpupool.kube.client.api import KubeAPI
+from gpupool.kube.client.informer import ADDED, DELETED, MODIFIED
+from gpupool.kube.objects.records import NodeRecord, PolicyObjectRecord
 from gpupool.webhook.cache import FactsCache
-from gpupool.webhook.facts import QueueRecord
 
 
 def node(version: str, model: str = "H100", gpus: int = 8) -> NodeRecord:
@@ -29,6 +28,8 @@ async def test_facts_are_unknown_until_synced_and_rebuilt_only_on_real_changes()
     assert cache.facts() is None  # nothing listed yet: only the fact-free checks may run
     cache.nodes.synced.set()
     cache.queues.synced.set()
+    assert cache.facts() is None  # the pools are not listed yet: a queue is judged against them
+    cache.pools.synced.set()
     first = cache.facts()
     assert first is not None
     assert (first.models, first.most_gpus_per_node) == ({"H100"}, 8)
@@ -38,9 +39,18 @@ async def test_facts_are_unknown_until_synced_and_rebuilt_only_on_real_changes()
     changed = cache.facts()
     assert changed is not None
     assert (changed.models, changed.most_gpus_per_node) == ({"H200"}, 4)
-    queue = msgspec.convert({"metadata": {"name": "q"}, "spec": {"namespaces": ["a"]}}, QueueRecord)
+    queue = msgspec.convert(
+        {"metadata": {"name": "q"}, "spec": {"namespaces": ["a"], "quotas": [{"pool": "p"}]}},
+        PolicyObjectRecord,
+    )
     cache.queues.store["q"] = queue
     cache.queues.handler(ADDED, queue)
+    assert cache.facts().queues == {}  # type: ignore[union-attr]  # its pool does not exist
+    pool = msgspec.convert(
+        {"metadata": {"name": "p"}, "spec": {"mode": "Shared"}}, PolicyObjectRecord
+    )
+    cache.pools.store["p"] = pool
+    cache.pools.handler(ADDED, pool)
     cache.nodes.handler(DELETED, node("4"))
     last = cache.facts()
     assert last is not None

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import msgspec
 
-from gpupool.kube.records import NodeRecord
-from gpupool.webhook.facts import QueueRecord, facts_from, node_summary
+from gpupool.kube.objects.records import NodeRecord, PolicyObjectRecord
+from gpupool.webhook.facts import facts_from, node_summary
 
 
 def node(name: str, labels: dict[str, str], allocatable: dict[str, str]) -> NodeRecord:
@@ -30,9 +30,9 @@ def test_facts_summarise_the_nodes_and_queues() -> None:
     ]
     queue = msgspec.convert(
         {"metadata": {"name": "q"}, "spec": {"namespaces": ["a", "b"], "maxConcurrentPods": 3}},
-        QueueRecord,
+        PolicyObjectRecord,
     )
-    facts = facts_from((node_summary(n) for n in nodes), [queue])
+    facts = facts_from((node_summary(n) for n in nodes), [], [queue])
     assert facts.models == {"A100", "H200"}
     assert (facts.largest_gpu_memory_mib, facts.most_gpus_per_node) == (143771, 8)
     assert facts.mig_profiles == {"1g.10gb"}  # a profile with no slice left is not offered

@@ -1,9 +1,12 @@
-"""Generated pods through the admission decision and through the HTTP app.
+"""Generated pods through the admission decision and through the served HTTPS app.
 
 10,000 pods go through the pure decision (:func:`review_pod`, where every property is checked),
-and 10,000 through the ASGI app in-process (the HTTP layer adds the envelope, whose failures the
-decision cannot show: a 5xx, a missing uid, an unreadable patch, a refusal without a field).
-About 40 s on 2 cores; ``FZ_PURE`` and ``FZ_HTTP`` change the counts for a quick local run.
+and 10,000 through the app as ``gpupool webhook`` serves it: uvicorn over real TLS on loopback,
+with the reloading certificate, a certificate from a test CA verified by the client (the HTTP
+and TLS layers add what the decision cannot show: a 5xx, a missing uid, an unreadable patch, a
+refusal without a field, a broken handshake). About two minutes on 2 idle cores (a TLS
+request costs about four times an in-process one), far longer on a crowded machine, hence the
+test's own timeout; ``FZ_PURE`` and ``FZ_HTTP`` change the counts for a quick local run.
 """
 
 from __future__ import annotations
@@ -12,15 +15,22 @@ import base64
 import json
 import os
 import re
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx2
 import msgspec
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from starlette.testclient import TestClient
 
-from gpupool.kube.records import PodRecord
-from gpupool.kube.translate import pod_spec
+from gpupool.api.serve import serving
+from gpupool.devcluster.certs import write_cluster_certs, write_serving_cert
+from gpupool.kube.client.serving_tls import ReloadingCertificate
+from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.objects.translate import pod_spec
 from gpupool.webhook.admission import PodReview, review_pod, validate_only
 from gpupool.webhook.app import create_app
 from gpupool.webhook.facts import ClusterFacts
@@ -85,9 +95,20 @@ def test_every_pod_gets_a_verdict_that_names_a_field(
     assert validate_only(again).allowed, again
 
 
-CLIENT = TestClient(create_app(lambda: FACTS))
+@pytest.fixture(scope="module")
+def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx2.Client]:
+    """The app served over TLS as ``gpupool webhook`` serves it; a client verifying the CA."""
+    pki: Path = tmp_path_factory.mktemp("pki")
+    write_cluster_certs(pki)
+    cert, key = write_serving_cert(pki, "webhook", ["127.0.0.1"])
+    tls = ReloadingCertificate(cert, key)
+    with serving(create_app(lambda: FACTS), tls=tls) as url:
+        context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        with httpx2.Client(base_url=url, verify=context, timeout=10) as client:
+            yield client
 
 
+@pytest.mark.timeout(3600)
 @settings(
     max_examples=FUZZ_HTTP,
     deadline=None,
@@ -95,7 +116,7 @@ CLIENT = TestClient(create_app(lambda: FACTS))
 )
 @given(obj=pods(), namespace=NAMESPACES, path=st.sampled_from(["/mutate", "/validate"]))
 def test_the_app_answers_every_pod_without_a_server_error(
-    obj: Any, namespace: str, path: str
+    webhook: httpx2.Client, obj: Any, namespace: str, path: str
 ) -> None:
     body = {
         "apiVersion": "admission.k8s.io/v1",
@@ -108,7 +129,7 @@ def test_the_app_answers_every_pod_without_a_server_error(
             "object": obj,
         },
     }
-    response = CLIENT.post(path, json=body)
+    response = webhook.post(path, json=body)
     assert response.status_code == 200, response.text
     answer = response.json()["response"]
     assert answer["uid"] == "uid-7"

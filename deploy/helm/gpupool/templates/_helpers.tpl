@@ -31,3 +31,20 @@ runAsGroup: 65532
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+
+{{/* Pod-level network settings: the node's network namespace when .Values.hostNetwork. */}}
+{{- define "gpupool.podNetwork" -}}
+{{- if .Values.hostNetwork }}
+hostNetwork: true
+dnsPolicy: ClusterFirstWithHostNet
+{{- end }}
+{{- end -}}
+
+{{/* Where a container reaches the API server when .Values.apiServer.host is set. */}}
+{{- define "gpupool.apiServerEnv" -}}
+{{- if .Values.apiServer.host }}
+- {name: KUBERNETES_SERVICE_HOST, value: {{ .Values.apiServer.host | quote }}}
+- {name: KUBERNETES_SERVICE_PORT, value: {{ .Values.apiServer.port | quote }}}
+{{- end }}
+{{- end -}}

@@ -1,4 +1,5 @@
-// GPU-hours per team since the page opened, drawn with uPlot from /api/v1/teams samples.
+// GPU-hours per team, drawn with uPlot: from the store's daily buckets (/api/v1/cost) when the
+// control plane has a store, else from /api/v1/teams samples taken since the page opened.
 (function () {
   "use strict";
   const every = 2000;
@@ -46,7 +47,7 @@
       for (const [name, series] of hours) {
         const team = teams.find((t) => t.name === name);
         const previous = series.length ? series[series.length - 1] : 0;
-        series.push(previous + (team ? team.used_milli / 1000 : 0) * dt);
+        series.push(previous + (team ? team.used_units : 0) * dt);
       }
       draw();
     } catch (error) {
@@ -54,6 +55,33 @@
     }
   }
 
-  sample();
-  setInterval(sample, every);
+  async function fromStore() {
+    try {
+      const response = await fetch("/api/v1/cost", { headers: { Accept: "application/json" } });
+      if (!response.ok) return;
+      const cost = await response.json();
+      const teams = new Set(cost.buckets.flatMap((bucket) => Object.keys(bucket.gpu_hours)));
+      times.length = 0;
+      hours.clear();
+      for (const team of teams) hours.set(team, []);
+      for (const bucket of cost.buckets) {
+        times.push(Date.parse(bucket.end) / 1000);
+        for (const [team, series] of hours) {
+          const previous = series.length ? series[series.length - 1] : 0;
+          series.push(previous + (bucket.gpu_hours[team] || 0));
+        }
+      }
+      draw();
+    } catch (error) {
+      console.warn("gpu-hours from the store failed", error);
+    }
+  }
+
+  if (document.getElementById("gpu-hours").dataset.source === "store") {
+    fromStore();
+    setInterval(fromStore, 30 * every);
+  } else {
+    sample();
+    setInterval(sample, every);
+  }
 })();

@@ -76,6 +76,10 @@ class FGDPolicy(PolicyBase):
         """Scores of the candidate (node, GPU) pairs of a single share; FGD uses the delta only."""
         return self.to_score(delta_scaled, total_weight)
 
+    def new_index(self, snapshot: ClusterSnapshot) -> FragmentationIndex:
+        """A fresh index of ``snapshot`` against the current workload: FGD's own measure."""
+        return FragmentationIndex(snapshot, self.workload)
+
     def index(self, snapshot: ClusterSnapshot) -> FragmentationIndex:
         """The fragmentation index of ``snapshot``, built on first use and kept current."""
         if (
@@ -83,7 +87,7 @@ class FGDPolicy(PolicyBase):
             or self._snapshot is not snapshot
             or self._index.workload is not self.workload
         ):
-            self._index = FragmentationIndex(snapshot, self.workload)
+            self._index = self.new_index(snapshot)
             self._snapshot = snapshot
         self._index.refresh(snapshot)
         return self._index
@@ -101,7 +105,7 @@ class FGDPolicy(PolicyBase):
 
     def select_gpus(self, snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> tuple[int, ...]:
         """The GPU found while scoring for a share; the ``Sub`` choice otherwise."""
-        if not _is_single_share(pod):
+        if not is_single_share(pod):
             return best_fit_gpus(snapshot, pod, node)
         if self._chosen_pod is pod and self._chosen_gpu[node] >= 0:
             return (int(self._chosen_gpu[node]),)
@@ -113,7 +117,7 @@ class FGDPolicy(PolicyBase):
     ) -> tuple[FloatArray, IntArray]:
         index = self.index(snapshot)
         before = index.scaled[rows]
-        if _is_single_share(pod):
+        if is_single_share(pod):
             return self._score_share(snapshot, pod, rows, index, before)
         if pod.gpu_count:
             ok = eligible_gpus(snapshot, pod, rows)
@@ -121,7 +125,9 @@ class FGDPolicy(PolicyBase):
             touched = ordered[:, : pod.gpu_count]
         else:
             touched = np.zeros((rows.size, 0), dtype=np.int64)
-        after = index.after_changes(snapshot, rows, touched, pod.gpu_milli, pod.cpu_milli)
+        after = index.after_changes(
+            snapshot, rows, touched, pod.gpu_milli, pod.cpu_milli, pod.memory_mib
+        )
         scores = self.to_score(before - after, index.total_weight)
         return scores, np.full(rows.size, -1, dtype=np.int64)
 
@@ -137,7 +143,9 @@ class FGDPolicy(PolicyBase):
         candidates = _first_of_equal_values(free, eligible_gpus(snapshot, pod, rows))
         local, gpu = np.nonzero(candidates)
         touched = free[local, gpu][:, None]
-        after = index.after_changes(snapshot, rows[local], touched, pod.gpu_milli, pod.cpu_milli)
+        after = index.after_changes(
+            snapshot, rows[local], touched, pod.gpu_milli, pod.cpu_milli, pod.memory_mib
+        )
         pair_scores = self.share_pair_scores(
             snapshot, pod, rows[local], gpu, before[local] - after, index.total_weight
         )
@@ -150,5 +158,6 @@ class FGDPolicy(PolicyBase):
         return node_scores, gpu[first_best[first]]
 
 
-def _is_single_share(pod: PodSpec) -> bool:
+def is_single_share(pod: PodSpec) -> bool:
+    """One GPU, less than all of it: the pods whose GPU FGD chooses by score."""
     return pod.gpu_count == 1 and pod.gpu_milli < MILLI_PER_GPU

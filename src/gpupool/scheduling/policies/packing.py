@@ -31,7 +31,7 @@ class PackingPolicy(PolicyBase):
         if pod.gpu_count == 0:
             return np.zeros(snapshot.size, dtype=np.float64)
         free = snapshot.gpu_free
-        exists = snapshot.gpu_exists
+        exists = snapshot.gpu_usable  # an unhealthy GPU's free share is no room to pack into
         all_free = np.all((free == MILLI_PER_GPU) | ~exists, axis=1)
         ascending = np.sort(np.where(exists, free, -1), axis=1)
         fits = ascending >= pod.gpu_milli

@@ -1,0 +1,1 @@
+"""Resource access, talking to the API server: the HTTP port, informers, leader election."""

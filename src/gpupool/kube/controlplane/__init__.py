@@ -1,0 +1,1 @@
+"""The ``gpupool control-plane`` process: scheduler, governance, HTTP endpoints, metrics."""

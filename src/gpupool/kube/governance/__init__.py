@@ -1,0 +1,1 @@
+"""Runtime governance, live: the controller carrying out the pure rules, audit, cost ledger."""

@@ -1,0 +1,137 @@
+"""Audit records of the control plane: binds, rejections, governance actions, policy changes.
+
+One place builds every :class:`~gpupool.store.records.AuditEvent` the control plane writes, so
+each carries the same fields (object, reason, the deciding values, tenant, pool, actor) and a
+key chosen so that an action recorded twice (a retried pass, a restarted controller, two code
+paths) is one row: ``bind/<uid>``, ``warn/<uid>/<rule>``, ``reclaimed/<uid>``,
+``cleanedup/<uid>``, ``policy/<kind>/<uid>/<generation>``. Without a store (no ``--db``) every
+method does nothing: Events and logs still say what happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from gpupool.governance.decisions import Action, Rule
+from gpupool.kube.governance.facts import GovernanceSettings
+from gpupool.kube.objects.records import PodRecord
+from gpupool.store.records import AuditAction, AuditEvent
+from gpupool.store.writer import StoreWriter
+
+ACTIONS = {
+    Rule.IDLE: AuditAction.RECLAIM,
+    Rule.MAX_SHARE_DURATION: AuditAction.TIME_LIMIT,
+    Rule.DECLARED_RUNTIME: AuditAction.TIME_LIMIT,
+}
+"""The audit action of each rule's records; every other rule is a cleanup."""
+REASON_LENGTH = 2000
+
+
+def _moment(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+class Auditor:
+    """Builds and queues the control plane's audit records.
+
+    Args:
+        writer: The store's buffered writer; ``None``: no records.
+        actor: This replica's identity.
+    """
+
+    def __init__(self, writer: StoreWriter | None, actor: str) -> None:
+        self.writer = writer
+        self.actor = actor
+        self._policy_seen: dict[tuple[str, str], tuple[str, int]] = {}
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def decision(
+        self, pod: PodRecord, what: str, detail: str, settings: GovernanceSettings, now: float
+    ) -> None:
+        """A bind (``detail``: ``node=... gpus=...``) or a rejection (``detail``: the reason).
+
+        Called synchronously from the scheduling loop; the record is queued by a task.
+        """
+        if self.writer is None:
+            return
+        meta = pod.metadata
+        bind = what == "bind"
+        values = dict(part.split("=", 1) for part in detail.split() if "=" in part) if bind else {}
+        event = AuditEvent(
+            time=_moment(now),
+            action=AuditAction.BIND if bind else AuditAction.REJECT,
+            kind="Pod",
+            namespace=meta.namespace,
+            name=meta.name,
+            uid=meta.uid,
+            reason=detail[:REASON_LENGTH],
+            values=values,
+            tenant=settings.queue_of(pod),
+            actor=self.actor,
+            **({"key": f"bind/{meta.uid}"} if bind else {}),
+        )
+        task = asyncio.get_running_loop().create_task(self.writer.audit(event))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def action(
+        self,
+        pod: PodRecord,
+        decision: Action,
+        now: float,
+        step: str,
+        key: str,
+        settings: GovernanceSettings,
+        pool: str,
+    ) -> None:
+        """A governance step (warned, evicted, gone, released) with its rule and values."""
+        if self.writer is None:
+            return
+        meta = pod.metadata
+        await self.writer.audit(
+            AuditEvent(
+                time=_moment(now),
+                action=ACTIONS.get(decision.rule, AuditAction.CLEANUP),
+                kind="Pod",
+                namespace=meta.namespace,
+                name=meta.name or meta.uid,
+                uid=meta.uid,
+                reason=f"{step}: {decision.message}"[:REASON_LENGTH],
+                values={"rule": decision.rule.value, "step": step, **decision.values},
+                tenant=settings.queue_of(pod),
+                pool=pool,
+                actor=self.actor,
+                key=key,
+            )
+        )
+
+    async def policy_changes(
+        self, kind: str, objects: Sequence[Mapping[str, Any]], now: float
+    ) -> None:
+        """One record per generation of each GPUPool or GPUQueue, with its spec."""
+        if self.writer is None:
+            return
+        for obj in objects:
+            meta = obj.get("metadata", {})
+            version = (str(meta.get("uid", "")), int(meta.get("generation", 0)))
+            name = str(meta.get("name", ""))
+            if self._policy_seen.get((kind, name)) == version:
+                continue
+            self._policy_seen[(kind, name)] = version
+            await self.writer.audit(
+                AuditEvent(
+                    time=_moment(now),
+                    action=AuditAction.POLICY_CHANGE,
+                    kind=kind,
+                    namespace="",
+                    name=name,
+                    uid=version[0],
+                    reason=f"{kind} {name} generation {version[1]}",
+                    values={"generation": version[1], "spec": obj.get("spec", {})},
+                    actor=self.actor,
+                    key=f"policy/{kind}/{version[0]}/{version[1]}",
+                )
+            )

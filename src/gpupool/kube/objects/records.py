@@ -1,0 +1,263 @@
+"""Slim records of nodes and pods, decoded straight from the API server's JSON.
+
+The scheduler needs a few dozen fields of a Pod that has hundreds; decoding only those with
+``msgspec`` into frozen structs costs a few microseconds per pod and keeps the cache small
+(a full API model per pod is what makes Python controllers slow and large at 50k pods). Unknown
+fields are skipped by the decoder, so new API versions do not break us.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+
+class ObjectMeta(msgspec.Struct, frozen=True, rename="camel"):
+    """The metadata fields the scheduler reads."""
+
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    deletion_timestamp: str | None = None
+    creation_timestamp: str | None = None
+    generation: int = 0
+
+
+class KubeObject(msgspec.Struct, frozen=True):
+    """What every cached object has: its metadata."""
+
+    metadata: ObjectMeta = ObjectMeta()
+
+
+class ContainerClaim(msgspec.Struct, frozen=True):
+    """One of the pod's resource claims a container uses (``request``: one request of it)."""
+
+    name: str = ""
+    request: str = ""
+
+
+class ResourceRequirements(msgspec.Struct, frozen=True):
+    """Requests and limits of one container, and the pod claims it uses."""
+
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    claims: tuple[ContainerClaim, ...] = ()
+
+
+class Container(msgspec.Struct, frozen=True):
+    """The part of a container that scheduling reads."""
+
+    name: str = ""
+    resources: ResourceRequirements = ResourceRequirements()
+
+
+class Toleration(msgspec.Struct, frozen=True):
+    """A pod toleration."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+class NodeSelectorRequirement(msgspec.Struct, frozen=True):
+    """One expression of a node selector term (``key``, ``operator``, ``values``)."""
+
+    key: str = ""
+    operator: str = ""
+    values: tuple[str, ...] = ()
+
+
+class NodeSelectorTerm(msgspec.Struct, frozen=True, rename="camel"):
+    """Expressions on labels and on fields; all must hold."""
+
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+    match_fields: tuple[NodeSelectorRequirement, ...] = ()
+
+
+class NodeSelector(msgspec.Struct, frozen=True, rename="camel"):
+    """Terms of which at least one must hold."""
+
+    node_selector_terms: tuple[NodeSelectorTerm, ...] = ()
+
+
+class NodeAffinity(msgspec.Struct, frozen=True, rename="camel"):
+    """The required part of a pod's node affinity (the preferred part does not filter)."""
+
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+
+
+class Affinity(msgspec.Struct, frozen=True, rename="camel"):
+    """The pod affinity fields the scheduler reads."""
+
+    node_affinity: NodeAffinity | None = None
+
+
+class PodResourceClaim(msgspec.Struct, frozen=True, rename="camel"):
+    """``spec.resourceClaims[]``: a claim by name, or a template to make one per pod from."""
+
+    name: str = ""
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+
+class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """The pod spec fields the scheduler reads."""
+
+    node_name: str = ""
+    scheduler_name: str = "default-scheduler"
+    priority: int = 0
+    containers: list[Container] = []
+    init_containers: list[Container] = []
+    overhead: dict[str, str] = {}
+    node_selector: dict[str, str] = {}
+    affinity: Affinity = Affinity()
+    tolerations: list[Toleration] = []
+    scheduling_gates: list[dict[str, str]] = []
+    resource_claims: tuple[PodResourceClaim, ...] = ()
+
+
+class ContainerStateWaiting(msgspec.Struct, frozen=True):
+    """Why a container is not running (``CrashLoopBackOff``, ``ImagePullBackOff``, ...)."""
+
+    reason: str = ""
+
+
+class ContainerState(msgspec.Struct, frozen=True):
+    """The part of a container's state governance reads."""
+
+    waiting: ContainerStateWaiting | None = None
+
+
+class ContainerStatus(msgspec.Struct, frozen=True, rename="camel"):
+    """One container's restarts and state (governance's abnormal-pod rules read them)."""
+
+    name: str = ""
+    restart_count: int = 0
+    state: ContainerState = ContainerState()
+
+
+class PodResourceClaimStatus(msgspec.Struct, frozen=True, rename="camel"):
+    """The claim generated for a pod from a template (by kube-controller-manager)."""
+
+    name: str = ""
+    resource_claim_name: str | None = None
+
+
+class PodStatusRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """The pod status fields the scheduler and governance read."""
+
+    phase: str = "Pending"
+    container_statuses: list[ContainerStatus] = []
+    resource_claim_statuses: tuple[PodResourceClaimStatus, ...] = ()
+
+
+class PodRecord(KubeObject, frozen=True):
+    """One pod, as the scheduler's cache holds it."""
+
+    spec: PodSpecRecord = PodSpecRecord()
+    status: PodStatusRecord = PodStatusRecord()
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, the pod's name for people."""
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    @property
+    def finished(self) -> bool:
+        """Whether the pod's containers have ended for good (its resources are free)."""
+        return self.status.phase in ("Succeeded", "Failed")
+
+
+class Taint(msgspec.Struct, frozen=True):
+    """A node taint."""
+
+    key: str = ""
+    value: str = ""
+    effect: str = ""
+
+
+class NodeSpecRecord(msgspec.Struct, frozen=True):
+    """The node spec fields the scheduler reads."""
+
+    unschedulable: bool = False
+    taints: list[Taint] = []
+
+
+class NodeCondition(msgspec.Struct, frozen=True, rename="camel"):
+    """One node condition."""
+
+    type: str = ""
+    status: str = ""
+    last_transition_time: str = ""
+
+
+class NodeStatusRecord(msgspec.Struct, frozen=True):
+    """The node status fields the scheduler reads."""
+
+    allocatable: dict[str, str] = {}
+    conditions: list[NodeCondition] = []
+
+
+class NodeRecord(KubeObject, frozen=True):
+    """One node, as the scheduler's cache holds it."""
+
+    spec: NodeSpecRecord = NodeSpecRecord()
+    status: NodeStatusRecord = NodeStatusRecord()
+
+    @property
+    def key(self) -> str:
+        """The node name."""
+        return self.metadata.name
+
+    @property
+    def ready(self) -> bool:
+        """Whether the node reports Ready=True."""
+        return any(c.type == "Ready" and c.status == "True" for c in self.status.conditions)
+
+
+class PolicyObjectRecord(KubeObject, frozen=True):
+    """A GPUPool or GPUQueue: its spec kept as the API server's JSON.
+
+    The spec is parsed by :mod:`gpupool.policy.config`, the same code that reads a simulator's
+    file, so a field means the same thing in both places and an error names the same path.
+    """
+
+    spec: dict[str, Any] = {}
+
+    @property
+    def key(self) -> str:
+        """The object's name (both kinds are cluster-scoped)."""
+        return self.metadata.name
+
+
+Record = TypeVar("Record", bound=KubeObject)
+
+
+class ListMeta(msgspec.Struct, frozen=True, rename="camel"):
+    """Where a paginated list continues and which resourceVersion it was read at."""
+
+    resource_version: str = ""
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+class ListPage(msgspec.Struct, Generic[Record], frozen=True):
+    """One page of a LIST."""
+
+    metadata: ListMeta = ListMeta()
+    items: list[Record] = []
+
+
+class WatchEvent(msgspec.Struct, Generic[Record], frozen=True):
+    """One line of a WATCH stream, with the object left raw until its type is known.
+
+    ``ERROR`` events carry a ``Status`` (410 Gone when the resourceVersion is too old) and
+    ``BOOKMARK`` events only a resourceVersion, so the object is decoded in a second step.
+    """
+
+    type: str
+    object: msgspec.Raw

@@ -1,0 +1,322 @@
+"""From API objects to the core's resource model, refusing what cannot be scheduled.
+
+A pod's effective request follows Kubernetes: the sum over its containers, or the largest init
+container if that is more, plus the pod overhead; a resource given only as a limit counts as its
+request (the API server defaults it so for extended resources). gpupool's own resources
+(:mod:`gpupool.kube.objects.vocabulary`) become the core's GPU request. Every refusal names the
+field, e.g. ``spec.containers[0].resources.limits[gpupool.io/gpu-cores]: must be 1..100, got 150``.
+
+A pod's node selector, required node affinity and tolerations, and a node's taints, readiness and
+cordon, become the core's values too (:mod:`gpupool.core.constraints`), so which node a pod may
+use is decided by the core's one definition, in the live scheduler as in the simulator; a field
+the core refuses is named by its path (``spec.tolerations[1].operator: ...``). Preferred affinity
+does not filter and is not read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from gpupool.core.constraints import (
+    NodeConstraints,
+    Requirement,
+    SelectorTerm,
+    Taint,
+    Toleration,
+)
+from gpupool.core.model import MILLI_PER_GPU, InvalidSpecError, NodeSpec, PodSpec
+from gpupool.kube.objects.quantity import QuantityError, to_count, to_mib, to_milli
+from gpupool.kube.objects.records import (
+    Container,
+    NodeRecord,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    PodRecord,
+)
+from gpupool.kube.objects.vocabulary import (
+    ANNOTATION_ALLOWED_MODELS,
+    ANNOTATION_GPU_UNHEALTHY,
+    ANNOTATION_GPU_UUIDS,
+    LABEL_CLASS,
+    LABEL_GPU_MEMORY,
+    LABEL_GPU_MODEL,
+    RESOURCE_GPU,
+    RESOURCE_GPU_CORES,
+    RESOURCE_GPU_MEMORY,
+    RESOURCE_MIG_PREFIX,
+)
+
+UNKNOWN_MODEL = "unknown"
+AFFINITY_PATH = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+class InvalidObjectError(ValueError):
+    """An API object has a field gpupool cannot schedule; ``field`` is its path."""
+
+    def __init__(self, owner: str, field: str, message: str) -> None:
+        super().__init__(f"{owner}: {field}: {message}")
+        self.owner = owner
+        self.field = field
+        self.message = message
+
+
+Convert = Callable[[str], int]
+Requests = dict[str, tuple[str, str]]
+"""Resource name to (amount, the field path it came from)."""
+
+
+def _container_requests(containers: Iterable[Container], kind: str) -> list[Requests]:
+    result = []
+    for index, container in enumerate(containers):
+        merged: Requests = {}
+        for source in ("limits", "requests"):
+            values = getattr(container.resources, source)
+            for name, amount in values.items():
+                merged[name] = (amount, f"spec.{kind}[{index}].resources.{source}[{name}]")
+        result.append(merged)
+    return result
+
+
+def _parse(owner: str, amount: str, path: str, convert: Convert) -> int:
+    try:
+        value = convert(amount)
+    except QuantityError as error:
+        raise InvalidObjectError(owner, path, str(error)) from None
+    if value < 0:
+        raise InvalidObjectError(owner, path, f"must be >= 0, got {amount}")
+    return value
+
+
+def _total(
+    owner: str, per_container: list[Requests], name: str, convert: Convert
+) -> tuple[int, str]:
+    total, path = 0, ""
+    for requests in per_container:
+        if name in requests:
+            amount, path = requests[name]
+            total += _parse(owner, amount, path, convert)
+    return total, path
+
+
+def pod_spec(pod: PodRecord) -> PodSpec:
+    """The core's view of ``pod``, named by its uid (names can be reused, uids cannot).
+
+    Raises:
+        InvalidObjectError: A gpupool resource has a value that cannot be scheduled.
+    """
+    owner = f"pod {pod.key}"
+    containers = _container_requests(pod.spec.containers, "containers")
+    inits = _container_requests(pod.spec.init_containers, "initContainers")
+
+    def effective(name: str, convert: Convert) -> tuple[int, str]:
+        total, path = _total(owner, containers, name, convert)
+        for requests in inits:
+            if name in requests:
+                amount, init_path = requests[name]
+                value = _parse(owner, amount, init_path, convert)
+                if value > total:
+                    total, path = value, init_path
+        if name in pod.spec.overhead:
+            total += _parse(owner, pod.spec.overhead[name], f"spec.overhead[{name}]", convert)
+        return total, path
+
+    cpu, _ = effective("cpu", to_milli)
+    memory, _ = effective("memory", to_mib)
+    gpus, _ = effective(RESOURCE_GPU, to_count)
+    gpu_memory, memory_path = effective(RESOURCE_GPU_MEMORY, to_count)
+    cores, cores_path = effective(RESOURCE_GPU_CORES, to_count)
+
+    mig_profiles = sorted(
+        {
+            name
+            for requests in containers + inits
+            for name in requests
+            if name.startswith(RESOURCE_MIG_PREFIX)
+        }
+    )
+    mig_profile = ""
+    if mig_profiles:
+        if len(mig_profiles) > 1 or gpus or gpu_memory or cores:
+            raise InvalidObjectError(
+                owner,
+                "spec.containers[].resources",
+                f"a MIG slice ({', '.join(mig_profiles)}) excludes other GPU requests",
+            )
+        count, mig_path = effective(mig_profiles[0], to_count)
+        if count != 1:
+            raise InvalidObjectError(owner, mig_path, f"must be 1 (one MIG slice), got {count}")
+        mig_profile = mig_profiles[0].removeprefix(RESOURCE_MIG_PREFIX)
+
+    if (gpu_memory or cores) and not gpus:
+        path = memory_path or cores_path
+        raise InvalidObjectError(owner, path, f"a GPU share needs {RESOURCE_GPU} >= 1")
+    if cores_path and not 1 <= cores <= 100:
+        raise InvalidObjectError(owner, cores_path, f"must be 1..100 (percent), got {cores}")
+    if not gpus:
+        gpu_milli = 0
+    elif cores:
+        gpu_milli = cores * MILLI_PER_GPU // 100
+    else:  # memory only: no compute share asked; nothing at all: whole GPUs
+        gpu_milli = 0 if gpu_memory else MILLI_PER_GPU
+
+    models = pod.metadata.annotations.get(ANNOTATION_ALLOWED_MODELS, "")
+    try:
+        return PodSpec(
+            name=pod.metadata.uid,
+            cpu_milli=cpu,
+            memory_mib=memory,
+            gpu_count=gpus,
+            gpu_milli=gpu_milli,
+            gpu_memory_mib=gpu_memory,
+            gpu_models=frozenset(m.strip() for m in models.split("|") if m.strip()),
+            mig_profile=mig_profile,
+            workload_class=pod.metadata.labels.get(LABEL_CLASS, ""),
+            constraints=node_constraints(pod),
+        )
+    except InvalidSpecError as error:
+        raise InvalidObjectError(owner, error.field_name, str(error)) from None
+
+
+def node_spec(node: NodeRecord) -> NodeSpec:
+    """The core's view of ``node`` from its allocatable resources and gpupool labels.
+
+    Raises:
+        InvalidObjectError: An allocatable amount or a gpupool label cannot be read.
+    """
+    owner = f"node {node.key}"
+    allocatable = node.status.allocatable
+
+    def read(name: str, convert: Convert, default: str = "0") -> int:
+        return _parse(owner, allocatable.get(name, default), f"status.allocatable[{name}]", convert)
+
+    gpus, unhealthy = _gpus(node, read(RESOURCE_GPU, to_count))
+    labels = node.metadata.labels
+    memory_label = labels.get(LABEL_GPU_MEMORY, "0")
+    if not memory_label.isdigit():
+        raise InvalidObjectError(
+            owner,
+            f"metadata.labels[{LABEL_GPU_MEMORY}]",
+            f"must be MiB digits, got {memory_label!r}",
+        )
+    mig = tuple(
+        (name.removeprefix(RESOURCE_MIG_PREFIX), read(name, to_count))
+        for name in sorted(allocatable)
+        if name.startswith(RESOURCE_MIG_PREFIX)
+    )
+    return NodeSpec(
+        name=node.key,
+        cpu_milli=read("cpu", to_milli),
+        memory_mib=read("memory", to_mib),
+        gpu_count=gpus,
+        gpu_model=labels.get(LABEL_GPU_MODEL, UNKNOWN_MODEL) if gpus else "",
+        gpu_memory_mib=int(memory_label),
+        max_pods=read("pods", to_count, "110"),
+        mig_slices=mig,
+        labels=tuple(sorted(labels.items())),
+        taints=node_taints(node),
+        ready=node.ready,
+        unschedulable=node.spec.unschedulable,
+        unhealthy_gpus=unhealthy,
+    )
+
+
+def _gpus(node: NodeRecord, devices: int) -> tuple[int, tuple[int, ...]]:
+    """The node's GPU count and the indexes of its unhealthy GPUs.
+
+    The node agent advertises maxPodsPerGPU devices per GPU (so a kubelet admits every share),
+    healthy ones only, so allocatable counts devices; the GPUs are the UUIDs it lists, no more
+    than its devices while all are healthy (none while unregistered). A GPU it lists in
+    ``gpupool.io/gpu-unhealthy`` keeps its index, so the pods on it and on the GPUs after it
+    keep the GPUs their records name: counting from allocatable would drop the last index when
+    one GPU of an Exclusive pool (one device per GPU) breaks, and place pods on the broken one.
+    Only UUIDs the node lists count; the annotation is the node agent's, so a node can only
+    take its own GPUs out of service.
+    """
+    annotations = node.metadata.annotations
+    listed = [uuid.strip() for uuid in annotations.get(ANNOTATION_GPU_UUIDS, "").split(",")]
+    if not any(listed):
+        return devices, ()
+    broken = {uuid.strip() for uuid in annotations.get(ANNOTATION_GPU_UNHEALTHY, "").split(",")}
+    unhealthy = tuple(i for i, uuid in enumerate(listed) if uuid and uuid in broken)
+    if not unhealthy or (devices == 0 and len(unhealthy) < len(listed)):
+        return min(devices, len(listed)), ()
+    return len(listed), unhealthy
+
+
+def gpu_uuids(node: NodeRecord, count: int) -> tuple[str, ...]:
+    """The node's GPU UUIDs in index order; empty strings where the inventory gave none."""
+    listed = node.metadata.annotations.get(ANNOTATION_GPU_UUIDS, "").split(",")
+    return tuple(listed[i].strip() if i < len(listed) else "" for i in range(count))
+
+
+def _at(owner: str, path: str, error: InvalidSpecError) -> InvalidObjectError:
+    """The core's refusal of a value, reported at the value's path in the object."""
+    return InvalidObjectError(owner, f"{path}.{error.field_name}", str(error))
+
+
+def _requirements(
+    owner: str, path: str, items: Sequence[NodeSelectorRequirement]
+) -> tuple[Requirement, ...]:
+    found = []
+    for i, item in enumerate(items):
+        try:
+            found.append(Requirement(item.key, item.operator, tuple(item.values)))
+        except InvalidSpecError as error:
+            raise _at(owner, f"{path}[{i}]", error) from None
+    return tuple(found)
+
+
+def _term(owner: str, path: str, term: NodeSelectorTerm) -> SelectorTerm:
+    expressions = _requirements(owner, f"{path}.matchExpressions", term.match_expressions)
+    fields = _requirements(owner, f"{path}.matchFields", term.match_fields)
+    try:
+        return SelectorTerm(expressions, fields)
+    except InvalidSpecError as error:
+        raise _at(owner, path, error) from None
+
+
+def _tolerations(owner: str, pod: PodRecord) -> tuple[Toleration, ...]:
+    found = []
+    for i, item in enumerate(pod.spec.tolerations):
+        try:  # an empty operator means Equal, as in Kubernetes
+            found.append(Toleration(item.key, item.operator or "Equal", item.value, item.effect))
+        except InvalidSpecError as error:
+            raise _at(owner, f"spec.tolerations[{i}]", error) from None
+    return tuple(found)
+
+
+def node_constraints(pod: PodRecord) -> NodeConstraints | None:
+    """The pod's node selector, required node affinity and tolerations (None: it names none).
+
+    Raises:
+        InvalidObjectError: A requirement or toleration the core refuses, named by its path.
+    """
+    owner, spec = f"pod {pod.key}", pod.spec
+    node_affinity = spec.affinity.node_affinity
+    required = (
+        node_affinity.required_during_scheduling_ignored_during_execution if node_affinity else None
+    )
+    if not spec.node_selector and required is None and not spec.tolerations:
+        return None
+    terms = None
+    if required is not None:
+        terms = tuple(
+            _term(owner, f"{AFFINITY_PATH}.nodeSelectorTerms[{i}]", term)
+            for i, term in enumerate(required.node_selector_terms)
+        )
+    return NodeConstraints.of(spec.node_selector, terms, _tolerations(owner, pod))
+
+
+def node_taints(node: NodeRecord) -> tuple[Taint, ...]:
+    """The node's taints as core values.
+
+    Raises:
+        InvalidObjectError: A taint the core refuses (no key, an unknown effect).
+    """
+    owner, found = f"node {node.key}", []
+    for i, item in enumerate(node.spec.taints):
+        try:
+            found.append(Taint(item.key, item.value, item.effect))
+        except InvalidSpecError as error:
+            raise _at(owner, f"spec.taints[{i}]", error) from None
+    return tuple(found)

@@ -1,0 +1,1 @@
+"""Policy control, live: GPUPool and GPUQueue objects in, the compiled policy and status out."""

@@ -1,0 +1,1 @@
+"""Scheduling execution, live: the loop, its cache and queue, preemption, Bindings and Events."""

@@ -1,0 +1,99 @@
+"""Carrying out one live cycle's decisions: assume and bind, nominate and evict, or wait.
+
+* ``Admit``: *assumed* at once (its GPUs are held, its queue charged) and handed to the
+  :class:`~gpupool.kube.scheduler.binder.Binder`, with the pool and queue for the signed
+  allocation record. Every admission of the cycle is assumed before the first Binding is
+  awaited, so a slow bind cannot let a later decision see room that is already given.
+* ``Preempt``: the pod is nominated to the node (``status.nominatedNodeName``; no pod of at most
+  its priority is placed there meanwhile) and its victims are evicted through the Eviction API
+  (:mod:`gpupool.kube.scheduler.preempting`). The engine chose the node with the pod's own
+  node constraints, so every preemption it returns is carried out.
+* ``Wait``: the pod stays pending with the engine's reason; a pod held only behind others of
+  this cycle (:func:`ordering_wait`) is tried again in the next one instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.core.decisions import Bind
+from gpupool.core.snapshot import AllocationError, ClusterSnapshot
+from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.policy.book import PolicyBook
+from gpupool.kube.scheduler.binder import Binder
+from gpupool.kube.scheduler.config import LiveStats
+from gpupool.kube.scheduler.preempting import Preemptions
+from gpupool.kube.scheduler.state import ClusterState
+from gpupool.kube.scheduler.verdicts import Verdicts
+from gpupool.scheduling.decisions import Admit, CycleRequest, CycleResult, Preempt
+from gpupool.scheduling.engine import PolicyEngine
+
+
+def ordering_wait(reason: str) -> bool:
+    """Whether the engine held a pod only behind others of this cycle, not for itself.
+
+    Such a pod (behind a blocked pod of its pool, past the cycle's backfill depth, or the same
+    size as one that failed this cycle) has had no verdict of its own: it is tried again in the
+    next cycle instead of being parked until capacity changes, and no reason is written for it,
+    so every pending pod ends with its own reason, as under kube-scheduler.
+    """
+    return reason.startswith(("waiting behind ", "backfill: ")) or reason.endswith(" this cycle")
+
+
+@dataclass
+class Applier:
+    """Applies a cycle's result to the cache, the queue and the API server."""
+
+    state: ClusterState
+    book: PolicyBook
+    preemptions: Preemptions
+    verdicts: Verdicts
+    binder: Binder
+    stats: LiveStats
+
+    async def apply(
+        self,
+        snapshot: ClusterSnapshot,
+        engine: PolicyEngine,
+        request: CycleRequest,
+        result: CycleResult,
+    ) -> bool:
+        """Carry out ``result``; returns whether pods were deferred (see :func:`ordering_wait`)."""
+        self.preemptions.carry(result.nominations, snapshot.node_names)
+        layout, tables = engine.policy.layout, engine.policy.tables
+        admitted: list[tuple[PodRecord, Bind, str, str]] = []
+        deferred = False
+        for decision in result.decisions:
+            pod = self.state.pods.get(decision.workload.name)
+            if pod is None:
+                continue
+            if isinstance(decision, Admit):
+                if self._assume(pod, decision, request.now):
+                    pool, queue = layout.pools[decision.pool], tables.queues[decision.queue]
+                    admitted.append((pod, decision.bind, pool.name, queue.name))
+            elif isinstance(decision, Preempt):
+                self.stats.preemptions += 1
+                reason = self.preemptions.start(pod, decision, self.state.pods)
+                self.verdicts.unschedulable(pod, reason)
+            elif decision.reject is None and ordering_wait(decision.reason):
+                self.verdicts.queue.retry_now(pod.metadata.uid)
+                deferred = True
+            else:
+                reason = self.preemptions.waiting_reason(
+                    pod.metadata.uid, decision.reason, self.state.pods
+                )
+                self.verdicts.unschedulable(pod, reason)
+        for pod, bind, pool_name, queue_name in admitted:
+            self.verdicts.metrics.attempt("scheduled")
+            self.verdicts.queue.in_flight(pod.metadata.uid)
+            await self.binder.send(pod, bind, pool_name, queue_name)
+        return deferred
+
+    def _assume(self, pod: PodRecord, decision: Admit, now: float) -> bool:
+        try:
+            self.state.assume(decision.bind)
+        except AllocationError as error:
+            self.verdicts.failed(pod, f"scheduling error: {error}", "error")
+            return False
+        self.book.admitted[pod.metadata.uid] = (now, decision.expected_end)
+        return True

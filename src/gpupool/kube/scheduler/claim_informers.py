@@ -1,0 +1,117 @@
+"""The scheduler's DRA watches, and the release of claims no pod uses any more.
+
+Four informers keep the claim book (:class:`~gpupool.kube.scheduler.claims.ClaimBook`) current:
+ResourceClaims (their changes also move what the snapshot holds), ResourceClaimTemplates,
+DeviceClasses and ResourceSlices. Every replica runs them, like the pod and node informers, so a
+new leader starts from a full cache; it relists them with the others before its first cycle,
+since a claim allocated before a restart holds GPUs that must not be given again.
+
+A claim that gpupool allocated and that no live pod reserves any more (its pods finished or were
+deleted) is released by the leader (:func:`~gpupool.kube.scheduler.claim_writes.release`); its
+GPUs are free once the watch shows the cleared status, never before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from gpupool.kube.client.api import KubeAPI
+from gpupool.kube.client.informer import Informer
+from gpupool.kube.objects.dra import (
+    API_PREFIX,
+    CLASSES_PATH,
+    SLICES_PATH,
+    DeviceClass,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
+from gpupool.kube.scheduler import claim_writes
+from gpupool.kube.scheduler.claims import gpupool_results
+from gpupool.kube.scheduler.state import ClusterState
+
+Record = TypeVar("Record")
+CLAIM_WATCHES = 4
+"""Watches the DRA informers hold open (claims, templates, classes, slices): connections."""
+CLAIMS_PATH = f"{API_PREFIX}/resourceclaims"
+TEMPLATES_PATH = f"{API_PREFIX}/resourceclaimtemplates"
+
+
+class ClaimInformers:
+    """The DRA informers of one replica.
+
+    Args:
+        api: The API port.
+        state: The cache whose claim book they fill.
+        changed: Called after every change (wakes the loop while leading).
+    """
+
+    def __init__(self, api: KubeAPI, state: ClusterState, changed: Callable[[], None]) -> None:
+        self.api = api
+        self.state = state
+        self.changed = changed
+        book = state.claims
+        self.claims = Informer(api, CLAIMS_PATH, ResourceClaim, self._on_claim)
+        self.templates = Informer(
+            api, TEMPLATES_PATH, ResourceClaimTemplate, self._wrap(book.on_template)
+        )
+        self.classes = Informer(api, CLASSES_PATH, DeviceClass, self._wrap(book.on_class))
+        self.slices = Informer(api, SLICES_PATH, ResourceSlice, self._wrap(book.on_slice))
+        self.releasing: dict[str, asyncio.Task[None]] = {}
+
+    def _all(self) -> tuple[Informer[Any], ...]:
+        informers = (self.claims, self.templates, self.classes, self.slices)
+        assert len(informers) == CLAIM_WATCHES
+        return informers
+
+    def _wrap(self, handler: Callable[[str, Record], None]) -> Callable[[str, Record], None]:
+        def handle(kind: str, record: Record) -> None:
+            handler(kind, record)
+            self.changed()
+
+        return handle
+
+    def _on_claim(self, kind: str, claim: ResourceClaim) -> None:
+        self.state.on_claim(kind, claim)
+        self.changed()
+
+    @property
+    def synced(self) -> bool:
+        """Whether every DRA informer has completed its first list."""
+        return all(informer.synced.is_set() for informer in self._all())
+
+    async def run(self) -> None:
+        """List and watch until cancelled."""
+        await asyncio.gather(*(informer.run() for informer in self._all()))
+
+    async def resync(self) -> None:
+        """Relist all four (a new term as leader)."""
+        await asyncio.gather(*(informer.resync() for informer in self._all()))
+
+    def cancel_all(self) -> None:
+        """Stop releases in flight (leadership lost)."""
+        for task in list(self.releasing.values()):
+            task.cancel()
+
+    def release_unused(self) -> None:
+        """Start releasing every gpupool allocation that no live pod reserves."""
+        state = self.state
+        book = state.claims
+        in_use = {bind.plan.claim.metadata.uid for bind in state.claim_binds.values()}
+        for uid, claim in book.by_uid.items():
+            if uid in self.releasing or uid in in_use or uid in book.assumed:
+                continue
+            if not gpupool_results(claim):
+                continue
+            if any(consumer.uid in state.pods for consumer in claim.status.reserved_for):
+                continue
+            task = asyncio.create_task(self._release(uid, claim))
+            self.releasing[uid] = task
+
+    async def _release(self, uid: str, claim: ResourceClaim) -> None:
+        try:
+            await claim_writes.release(self.api, claim)
+        finally:
+            self.releasing.pop(uid, None)

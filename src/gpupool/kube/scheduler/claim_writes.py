@@ -1,0 +1,169 @@
+"""What the scheduler writes into ResourceClaims: the allocation, the pods reserving it, release.
+
+A claim pod is bound only after its claim says it may be used there (the kubelet refuses a pod
+whose claims are not allocated and reserved for it), in two writes, each with the claim's
+``resourceVersion`` as a precondition so a claim changed meanwhile (by another scheduler, the
+claim controller, a deletion) fails the write instead of being overwritten:
+
+1. metadata: the signed record ``gpupool.io/claim-allocation``;
+2. status: ``allocation`` (gpupool's device results, the node selector) and ``reservedFor`` the
+   pod; a pod joining an allocated claim writes only ``reservedFor`` with itself appended.
+
+The record is written first so that the agent, which prepares a claim only when record and
+results agree, never sees results without it. A claim reserved by no live pod is released by
+the scheduler (:func:`release`): ``reservedFor`` and ``allocation`` cleared and the record
+removed. kube-controller-manager's resourceclaim controller does the same only for claims that
+carry its ``resource.kubernetes.io/delete-protection`` finalizer (which gpupool does not set: a
+cluster without that controller could then never delete the claim), so the scheduler does it
+itself; for claims made from templates the controller also deletes the claim when its pod is
+done, which releases it here as a deletion.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+
+from gpupool.kube.client.api import MERGE_PATCH, ApiError, JsonObject, KubeAPI
+from gpupool.kube.objects.claim_record import gpupool_results
+from gpupool.kube.objects.dra import (
+    ANNOTATION_CLAIM_ALLOCATION,
+    API_PREFIX,
+    AllocationResult,
+    ConsumerReference,
+    ResourceClaim,
+)
+from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.scheduler.writes import BindOutcome, BindResult, classify
+
+log = logging.getLogger(__name__)
+
+
+def claim_path(claim: ResourceClaim) -> str:
+    """The claim's API path."""
+    meta = claim.metadata
+    return f"{API_PREFIX}/namespaces/{meta.namespace}/resourceclaims/{meta.name}"
+
+
+def _failed(claim: ResourceClaim, error: ApiError) -> BindResult:
+    """A failed claim write as a failed bind.
+
+    A conflict or a server error is retried after a backoff (the watch then shows what the claim
+    holds); anything else refuses the pod.
+    """
+    result = classify(error)
+    message = f"ResourceClaim {claim.key}: {result.message}"
+    if result.outcome in (BindOutcome.CONFLICT, BindOutcome.UNKNOWN):
+        return BindResult(BindOutcome.CONFLICT, result.reason, message)
+    reason = "invalid" if result.outcome is BindOutcome.GONE else result.reason
+    return BindResult(BindOutcome.REFUSED, reason, message)
+
+
+def _consumer(pod: PodRecord) -> JsonObject:
+    return {"resource": "pods", "name": pod.metadata.name, "uid": pod.metadata.uid}
+
+
+def _node_selector(node: str) -> JsonObject:
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    return {"nodeSelectorTerms": [term]}
+
+
+async def allocate(
+    api: KubeAPI,
+    claim: ResourceClaim,
+    pod: PodRecord,
+    allocation: AllocationResult,
+    record: str,
+) -> ResourceClaim | BindResult:
+    """Write ``allocation`` and its record into ``claim``, reserved for ``pod``.
+
+    Returns:
+        The claim as stored (for the cache at once: see :meth:`Binder._write_claim`), or why
+        not.
+    """
+    path = claim_path(claim)
+    meta = claim.metadata
+    try:
+        stored = await api.request(
+            "PATCH",
+            path,
+            body={
+                "metadata": {
+                    "resourceVersion": meta.resource_version,
+                    "annotations": {ANNOTATION_CLAIM_ALLOCATION: record},
+                }
+            },
+            content_type=MERGE_PATCH,
+        )
+        version = msgspec.json.decode(stored, type=ResourceClaim).metadata.resource_version
+        node = allocation.devices.results[0].pool
+        status = msgspec.to_builtins(allocation)
+        status["nodeSelector"] = _node_selector(node)
+        stored = await api.request(
+            "PATCH",
+            f"{path}/status",
+            body={
+                "metadata": {"resourceVersion": version},
+                "status": {"allocation": status, "reservedFor": [_consumer(pod)]},
+            },
+            content_type=MERGE_PATCH,
+        )
+    except ApiError as error:
+        log.warning("allocating claim %s for %s: %s", claim.key, pod.key, error)
+        return _failed(claim, error)
+    return msgspec.json.decode(stored, type=ResourceClaim)
+
+
+async def reserve(api: KubeAPI, claim: ResourceClaim, pod: PodRecord) -> ResourceClaim | BindResult:
+    """Add ``pod`` to an allocated claim's ``reservedFor``; the claim as stored, or why not.
+
+    The claim is read afresh: another pod's allocation of it may have landed a moment ago.
+    """
+    path = claim_path(claim)
+    try:
+        current = msgspec.json.decode(await api.request("GET", path), type=ResourceClaim)
+        if not gpupool_results(current.status.allocation):
+            message = f"ResourceClaim {claim.key}: not allocated yet"
+            return BindResult(BindOutcome.CONFLICT, "conflict", message)
+        reserved = current.status.reserved_for
+        if any(c.uid == pod.metadata.uid for c in reserved):
+            return current
+        body = {
+            "metadata": {"resourceVersion": current.metadata.resource_version},
+            "status": {"reservedFor": [*(_reference(c) for c in reserved), _consumer(pod)]},
+        }
+        stored = await api.request("PATCH", f"{path}/status", body=body, content_type=MERGE_PATCH)
+    except ApiError as error:
+        log.warning("reserving claim %s for %s: %s", claim.key, pod.key, error)
+        return _failed(claim, error)
+    return msgspec.json.decode(stored, type=ResourceClaim)
+
+
+def _reference(consumer: ConsumerReference) -> JsonObject:
+    reference: JsonObject = {"resource": consumer.resource, "name": consumer.name}
+    reference["uid"] = consumer.uid
+    if consumer.api_group:
+        reference["apiGroup"] = consumer.api_group
+    return reference
+
+
+async def release(api: KubeAPI, claim: ResourceClaim) -> bool:
+    """Clear a claim nobody uses: reservedFor, allocation, then the record (True: done)."""
+    path = claim_path(claim)
+    try:
+        await api.request(
+            "PATCH",
+            f"{path}/status",
+            body={
+                "metadata": {"resourceVersion": claim.metadata.resource_version},
+                "status": {"allocation": None, "reservedFor": None},
+            },
+            content_type=MERGE_PATCH,
+        )
+        await api.patch(path, {"metadata": {"annotations": {ANNOTATION_CLAIM_ALLOCATION: None}}})
+    except ApiError as error:
+        if error.status != 404:
+            log.warning("releasing claim %s: %s", claim.key, error)
+        return error.status == 404
+    return True

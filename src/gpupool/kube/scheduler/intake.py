@@ -1,0 +1,114 @@
+"""The pods one live cycle decides for, as the policy engine takes them.
+
+The scheduling queue names the pods ready to be tried; pods that hold a nomination are decided
+in every cycle as well (so a nomination is not lost while its pod backs off). Each becomes a
+:class:`~gpupool.policy.workload.Workload` whose request carries its node selector, required
+affinity and tolerations (:func:`~gpupool.kube.objects.translate.pod_spec`), so the engine, its
+victim search and its reservations see every check kube-scheduler would apply. A pod whose
+request cannot be read, or whose translation raises, gets that as its pending reason and backs
+off; the others are decided as usual.
+
+Each pod is shown to the placement policy once (online policies learn the workload mix from
+arrivals), not on every retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable
+
+from gpupool.core.framework import Scheduler
+from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.objects.translate import InvalidObjectError
+from gpupool.kube.policy.book import PolicyBook
+from gpupool.kube.scheduler.config import LiveStats
+from gpupool.kube.scheduler.state import ClusterState
+from gpupool.kube.scheduler.verdicts import Verdicts
+from gpupool.policy.workload import Workload
+
+log = logging.getLogger(__name__)
+
+FAILPOINT_RAISE_LABEL = "GPUPOOL_FAILPOINT_RAISE_LABEL"
+"""Test-only: pods carrying the label named by this environment variable make scheduling raise.
+
+It exists so that tests can prove one failing pod does not stop the others; it is read once at
+start and does nothing unless set.
+"""
+
+
+def pod_order(pod: PodRecord) -> tuple[int, str, str, str]:
+    """Highest priority first, then oldest, then by name (a total order)."""
+    meta = pod.metadata
+    return (-pod.spec.priority, meta.creation_timestamp or "", meta.namespace, meta.name)
+
+
+class Intake:
+    """Turns ready pods into the workloads of a cycle.
+
+    Args:
+        state: The cache (pending pods, their translated requests).
+        book: The compiled policy's view of pods (queue, class, runtime).
+        verdicts: Where a pod that cannot be read is reported.
+        stats: Counts invalid pods.
+        placement: The placement scheduler, shown each pod once.
+    """
+
+    def __init__(
+        self,
+        state: ClusterState,
+        book: PolicyBook,
+        verdicts: Verdicts,
+        stats: LiveStats,
+        placement: Scheduler,
+    ) -> None:
+        self.state = state
+        self.book = book
+        self.verdicts = verdicts
+        self.stats = stats
+        self.placement = placement
+        self.seen: set[str] = set()  # pods shown to the policy (online learning)
+        self._raise_label = os.environ.get(FAILPOINT_RAISE_LABEL, "")
+
+    def ready(self, nominated: Iterable[str]) -> list[str]:
+        """The uids to decide now: those the queue releases, in pod order, then nominees."""
+        state = self.state
+        pods = state.pods
+        ready = self.verdicts.queue.pop_active(
+            time.monotonic(),
+            state.capacity_epoch,
+            lambda uid: pod_order(pods[uid]) if uid in pods else (0, "", "", uid),
+        )
+        return list(dict.fromkeys([*ready, *nominated]))
+
+    def workloads(self, uids: Iterable[str]) -> list[Workload]:
+        """The pending pods among ``uids`` as workloads; the others leave the queue."""
+        state, queue = self.state, self.verdicts.queue
+        workloads: list[Workload] = []
+        for uid in uids:
+            pod = state.pods.get(uid)
+            if pod is None or uid not in state.pending:
+                queue.discard(uid)
+                continue
+            workload = self._workload(pod)
+            if workload is None:
+                continue
+            if uid not in self.seen:
+                self.placement.observe(workload.pod)
+                self.seen.add(uid)
+            workloads.append(workload)
+        return workloads
+
+    def _workload(self, pod: PodRecord) -> Workload | None:
+        try:
+            if self._raise_label and self._raise_label in pod.metadata.labels:
+                raise RuntimeError(f"failpoint: label {self._raise_label} on {pod.key}")
+            return self.book.workload(pod, self.state.spec_of(pod))
+        except InvalidObjectError as error:
+            self.stats.invalid_pods += 1
+            self.verdicts.failed(pod, f"invalid request: {error}", "unschedulable")
+        except Exception as error:
+            log.exception("scheduling %s failed", pod.key)
+            self.verdicts.failed(pod, f"scheduling error: {type(error).__name__}: {error}", "error")
+        return None

@@ -1,0 +1,252 @@
+"""Backfill behind reservations: the first ``k`` blocked pods of a pool are protected.
+
+When a pod of a pool (in serving order) cannot start and fewer than ``k`` pods of the pool hold
+one, it gets a **reservation**: the earliest time and node at which it would fit if running
+pods ended when expected (declared or learned runtimes, :mod:`.runtime`; a pod past its expected
+end is assumed to end now). A later pod may then start only where it cannot delay any of the
+pool's reservations: on a node none of them holds, or on a reserved node if it is expected to
+end before that reserved start. ``k = 1`` is EASY backfill. Without backfill, nothing behind a
+blocked pod of the pool starts (strict order); with unrestricted skipping, large pods could
+wait forever behind a stream of small ones. With one reservation, only the first blocked pod
+keeps its place: the large pods queued behind it are overtaken by a stream of smaller ones
+whenever the head's node is not theirs (measured: docs/benchmarks.md, the dynamic simulation),
+which is what larger ``k``, reservations that follow their pods and reservations kept to pods
+above a size (``reserve_above_units``) are measured against; none has won yet, so the default
+stays EASY (docs/benchmarks.md section 7, "round two"). Each reservation is found on the
+cluster as it is, not after the earlier reservations start: a later one is looked for away
+from the nodes the pool's earlier ones hold (else the pods queued behind the head, often of
+the head's shape, would all reserve the head's node and protect nothing more). That is coarser
+than conservative backfill's profile of every future start, and costs one sweep per
+reservation.
+
+The sweep releases running pods on the snapshot in order of expected end and restores them, so
+the snapshot is left as it was (only generation counters move).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gpupool.core.filtering import NodeCheck, admissible, fits_on_node, mask_of
+from gpupool.core.model import PodSpec
+from gpupool.core.snapshot import Allocation, BoolArray, ClusterSnapshot
+from gpupool.policy.workload import Workload
+
+if TYPE_CHECKING:
+    from gpupool.scheduling.decisions import CycleRequest
+
+DEFAULT_RESERVATIONS = 1
+"""Blocked pods per pool that hold a reservation unless configured otherwise."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Where and when a protected blocked pod of a pool is expected to start.
+
+    Attributes:
+        pod: Name of the pod holding the reservation.
+        node: Node row reserved.
+        start_at: Expected start, seconds.
+    """
+
+    pod: str
+    node: int
+    start_at: float
+
+
+def reserve(
+    snapshot: ClusterSnapshot,
+    pod: PodSpec,
+    node_mask: BoolArray,
+    expected_ends: Iterable[tuple[float, str]],
+    now: float,
+) -> Reservation | None:
+    """The earliest (node, time) at which ``pod`` fits as running pods end.
+
+    Args:
+        snapshot: The cluster; restored before returning.
+        pod: The blocked pod.
+        node_mask: Nodes the caller's rules allow (its pool); the pod's own constraints
+            (:func:`~gpupool.core.filtering.admissible`) are applied here.
+        expected_ends: (expected end in seconds, pod name) of running pods.
+        now: Seconds.
+
+    Returns:
+        The reservation, or ``None`` when it would not fit even on an emptied pool.
+    """
+    released: list[Allocation] = []
+    usable = node_mask & admissible(snapshot, pod)
+    try:
+        for end, name in sorted((max(end, now), name) for end, name in expected_ends):
+            allocation = snapshot.allocations.get(name)
+            if allocation is None or not usable[allocation.node]:
+                continue
+            released.append(snapshot.release(name))
+            if fits_on_node(snapshot, pod, allocation.node):
+                return Reservation(pod=pod.name, node=allocation.node, start_at=end)
+        return None
+    finally:
+        for allocation in reversed(released):
+            snapshot.bind(allocation.pod, allocation.node, allocation.gpus, running=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """A pod that could not start in a pool this cycle, and its queue index.
+
+    ``protected``: whether it may hold a reservation (a pod too small to need one can still be
+    the pool's head, which the order's waits name).
+    """
+
+    workload: Workload
+    queue: int
+    protected: bool = True
+
+
+def delayed_nodes(reservations: Iterable[Reservation], now: float, runtime: float) -> set[int]:
+    """Reserved nodes where a pod of expected ``runtime`` started ``now`` would delay the start."""
+    return {r.node for r in reservations if now + runtime > r.start_at}
+
+
+class Reservations:
+    """The reservations of one engine cycle: up to ``per_pool`` per pool with blocked pods.
+
+    A reservation from the previous cycle stays with its pod while that pod is pending and the
+    reserved start lies ahead (completions only move it earlier and backfill never moves it
+    later). Once that start has passed with the pod still waiting (a pod ran past its expected
+    end, or room went to pods ahead of it in serving order), the reservation is dropped, or,
+    with ``follow``, found again for the same pod before any new one, on the same node if the
+    pod still fits there once it drains: a pod that once held a reservation keeps one until it
+    starts, so protection goes to the pods that have waited longest rather than to whichever is
+    first in this cycle's fair-share order. Staying on the node matters as much: a reservation
+    found afresh goes to whichever node now looks earliest, and estimates move with every
+    overrun, so a large pod hopped between nodes (measured: 10-23 hops per 8-GPU pod at
+    offered load 1.2) and each node it left filled up again with the pods the reservation had
+    kept off it. Then the pool's blocked pods without one get one, in serving order, once per
+    cycle, until the pool holds ``per_pool``. One sweep of the running pods per reservation,
+    not per backfill candidate. With ``follow``, a pool no pod was tried behind this cycle keeps
+    its reservations as they were (without, they are found afresh next cycle, as EASY does).
+
+    Args:
+        request: The cycle's request (snapshot, running pods and their expected ends, ``now``,
+            the previous reservations).
+        pending: The cycle's pending pods by name, with their queues.
+        per_pool: Reservations a pool holds at most (1: EASY backfill).
+        follow: Whether a reservation whose start has passed is found again for its pod.
+    """
+
+    def __init__(
+        self,
+        request: CycleRequest,
+        pending: Mapping[str, Blocked],
+        per_pool: int,
+        follow: bool = False,
+    ) -> None:
+        self.request = request
+        self.pending = pending
+        self.per_pool = per_pool
+        self.follow = follow
+        self._made: dict[int, list[Reservation]] = {}
+        self._renew: dict[int, list[Reservation]] = {}
+        self._tried: set[str] = set()
+        self._ends: list[tuple[float, str]] | None = None
+        self.holders = (
+            {r.pod for held in request.reservations.values() for r in held} if follow else set()
+        )
+        """With ``follow``, the pods that held a reservation in the previous cycle: always
+        tried, even past the depth bound or behind a failed pod of their shape, else a holder
+        would never take the node its binding reservation drained (a failed pod of its shape
+        may have been kept off exactly that node). Not for EASY, where a reservation binds
+        only the pods behind the head: measured at load 1.2 (seed 1) it changed nothing at
+        p95 and raised the large pods' p50 from 2,919 s to 3,454 s."""
+
+    def of(
+        self,
+        pool: int,
+        blocked: Sequence[Blocked],
+        checks_of: Callable[[Blocked], tuple[NodeCheck, ...]],
+    ) -> list[Reservation]:
+        """The reservations of ``pool`` with ``blocked`` its blocked pods in serving order.
+
+        ``checks_of`` gives the nodes a blocked pod may use (asked only for pods that need a
+        new reservation).
+        """
+        made = self._made.get(pool)
+        if made is None:
+            made = self._carried(pool)
+        renew = self._renew[pool]
+        heads: list[tuple[Blocked, int | None]] = [(self.pending[r.pod], r.node) for r in renew]
+        heads += [(head, None) for head in blocked if head.protected]
+        renew.clear()
+        for head, node in heads:
+            if len(made) >= self.per_pool:
+                break
+            if head.workload.name in self._tried:
+                continue
+            self._tried.add(head.workload.name)
+            found = self._find(head, node, made, checks_of)
+            if found is not None:
+                made.append(found)
+        return made
+
+    def _find(
+        self,
+        head: Blocked,
+        node: int | None,
+        made: Sequence[Reservation],
+        checks_of: Callable[[Blocked], tuple[NodeCheck, ...]],
+    ) -> Reservation | None:
+        """A reservation for ``head``: on ``node`` if given and it fits there, else anywhere."""
+        request = self.request
+        if self._ends is None:
+            self._ends = [(r.expected_end, name) for name, r in request.running.items()]
+        mask = mask_of(request.snapshot.size, checks_of(head))
+        mask[[r.node for r in made]] = False
+        if node is not None and mask[node]:
+            own = np.zeros_like(mask)
+            own[node] = True
+            found = reserve(request.snapshot, head.workload.pod, own, self._ends, request.now)
+            if found is not None:
+                return found
+        return reserve(request.snapshot, head.workload.pod, mask, self._ends, request.now)
+
+    def _carried(self, pool: int) -> list[Reservation]:
+        """The previous cycle's reservations of ``pool`` still ahead; those to find again."""
+        request = self.request
+        made: list[Reservation] = []
+        renew: list[Reservation] = []
+        for reservation in request.reservations.get(pool, ()):
+            if reservation.pod not in self.pending:
+                continue
+            if reservation.start_at > request.now:
+                made.append(reservation)
+            elif self.follow:
+                renew.append(reservation)
+        made = made[: self.per_pool]
+        self._made[pool] = made
+        self._renew[pool] = renew[: self.per_pool - len(made)]
+        self._tried.update(r.pod for r in made)
+        return made
+
+    def binding(self, pool: int) -> bool:
+        """Whether ``pool``'s reservations hold back every pod this cycle, not only those behind.
+
+        With ``follow``, once the pool holds any, even the pods served before its first
+        blocked pod this cycle may not delay them. Without that, a followed reservation
+        protected nothing whenever its holder was not first in this cycle's fair-share order:
+        the pods of the queue served first took the node as it drained.
+        """
+        return self.follow and bool(self.request.reservations.get(pool))
+
+    def kept(self) -> dict[int, tuple[Reservation, ...]]:
+        """The reservations to pass to the next cycle (those still to find again included)."""
+        if self.follow:  # a pool nobody was tried behind keeps its pods' reservations
+            for pool in self.request.reservations:
+                if pool not in self._made:
+                    self._carried(pool)
+        kept = {pool: (*made, *self._renew[pool]) for pool, made in self._made.items()}
+        return {pool: reservations for pool, reservations in kept.items() if reservations}

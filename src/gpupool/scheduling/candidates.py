@@ -1,0 +1,45 @@
+"""The nodes a pending pod could ever be placed on: every filter the engine applies but room.
+
+``gpupool explain`` answers "what would have to free up" and must not name a node the scheduler
+would never use: a node of another pool, with a GPU model the pod does not allow, one its
+selector or affinity excludes, one with a taint it does not tolerate, or one not ready or
+cordoned. :func:`candidate_nodes` composes exactly the functions the engine filters with: the
+pools the pod is routed to (:meth:`~gpupool.policy.pools.PoolLayout.route`), their node masks
+(:meth:`~gpupool.policy.pools.PoolLayout.node_checks`) and the pod's own checks
+(:func:`~gpupool.core.filtering.admissible`), leaving out only what depends on what runs now
+(free resources, nominations, reservations). A copy of those rules would drift from them, and an
+explanation that contradicts the pod's own pending reason is worse than none.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpupool.core.filtering import admissible, mask_of
+from gpupool.core.snapshot import BoolArray, ClusterSnapshot
+from gpupool.policy.cluster import ClusterPolicy
+from gpupool.policy.workload import Workload
+
+
+def candidate_nodes(
+    snapshot: ClusterSnapshot, policy: ClusterPolicy | None, workload: Workload
+) -> BoolArray:
+    """Nodes of the pools ``workload`` is routed to that its constraints and the nodes allow.
+
+    Args:
+        snapshot: The cluster.
+        policy: The pools and queues compiled for ``snapshot``'s nodes (None: no pools, every
+            node is in the default pool).
+        workload: The pending pod.
+    """
+    allowed = admissible(snapshot, workload.pod)
+    if policy is None:
+        return allowed
+    tables, layout = policy.tables, policy.layout
+    queue = tables.queues[tables.queue_of(workload.namespace, workload.queue)].name
+    routes = layout.route(workload, queue)
+    in_pools = np.zeros(snapshot.size, dtype=np.bool_)
+    if not isinstance(routes, str):
+        for pool in routes:
+            in_pools |= mask_of(snapshot.size, layout.node_checks(pool))
+    return allowed & in_pools

@@ -1,0 +1,398 @@
+"""One cycle of the policy engine: serving order, routing, quota, placement, then what is left.
+
+:class:`Cycle` holds the state of one :meth:`~gpupool.scheduling.engine.PolicyEngine.cycle` and
+is discarded when it returns. Per pending pod in serving order it routes the pod to pools and,
+per pool, applies quota admission, the pool's order (strict, or EASY backfill behind a blocked
+head: :class:`~gpupool.scheduling.backfill.Reservations`), places it with the placement
+scheduler, and if nothing fits searches for victims (:class:`~gpupool.scheduling.victims.
+VictimSearch`) or makes it the pool's blocked head.
+
+Every placement, victim search and reservation restricts itself with the same checks: the
+pool's nodes and the nodes nominated to others (built here), and the pod's own constraints and
+the nodes' state (:func:`gpupool.core.filtering.node_checks`, which the core's filter, the
+victim search and the reservation apply to the pod's request). So no part of a cycle can pick a
+node another part would refuse.
+
+Work per cycle is bounded so that a deep queue cannot stall it: a pod whose request is no smaller
+than one that already failed in the pool this cycle is not placed again (nothing was freed in
+between), at most ``backfill_depth`` pods are examined behind a blocked head per pool, and at
+most ``max_preemptions`` victim searches are made per cycle, one per queue and pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gpupool.core.decisions import Bind, Reject
+from gpupool.core.filtering import NodeCheck
+from gpupool.core.model import PodSpec
+from gpupool.policy.quota import Ledger, hold_reason
+from gpupool.policy.units import milli_units
+from gpupool.policy.workload import Workload
+from gpupool.scheduling.backfill import Blocked, Reservations, delayed_nodes
+from gpupool.scheduling.claim_placement import REASON_NO_ELIGIBLE, restrict_choice
+from gpupool.scheduling.decisions import (
+    Admit,
+    CycleRequest,
+    CycleResult,
+    EngineDecision,
+    Preempt,
+    Wait,
+)
+from gpupool.scheduling.ordering import order_pending, priority_of
+from gpupool.scheduling.preemption import VictimChoice
+from gpupool.scheduling.victims import Attempt, VictimSearch
+
+if TYPE_CHECKING:
+    from gpupool.scheduling.engine import PolicyEngine
+
+FAILED_SHAPES_KEPT = 32
+"""Failed requests remembered per pool and cycle for skipping no-smaller ones."""
+
+
+class Cycle:
+    """The state of one cycle.
+
+    Args:
+        engine: The engine (policy, placement scheduler, options, memoised routes).
+        request: What this cycle decides from.
+    """
+
+    def __init__(self, engine: PolicyEngine, request: CycleRequest) -> None:
+        self.engine = engine
+        self.request = request
+        self.snapshot = request.snapshot
+        self.layout = engine.policy.layout
+        self.tables = engine.policy.tables
+        self.ledger: Ledger = request.ledger  # copied on the first in-cycle bind
+        self.runtimes = request.runtimes or engine.default_runtimes
+        pending_names = {workload.name for workload in request.pending}
+        self.nominations = {
+            name: node for name, node in request.nominations.items() if name in pending_names
+        }
+        self.nominees: dict[int, tuple[int, tuple[int, int]]] = {}
+        """Per nominated node, its nominee's (queue, priority)."""
+        self.blocked: dict[int, list[Blocked]] = {}
+        """Per pool, its first blocked pods in serving order (the head first), as many as it
+        may protect with reservations."""
+        self.examined: dict[int, int] = {}
+        self.failed: dict[int, list[PodSpec]] = {}
+        self.victims = VictimSearch(engine.options, request, self.tables)
+        self.items = [
+            (workload, self.tables.queue_of(workload.namespace, workload.queue))
+            for workload in request.pending
+        ]
+        options = engine.options
+        self.reservations = Reservations(
+            request,
+            {workload.name: Blocked(workload, queue) for workload, queue in self.items},
+            options.reservations_per_pool,
+            follow=options.reservations_follow_pods,
+        )
+        self.bound: list[str] = []
+        self.last = False
+
+    def run(self) -> CycleResult:
+        """Decide for every pending pod, then undo the in-cycle binds."""
+        tables = self.tables
+        ordered = order_pending(self.items, tables, self.layout, self.ledger)
+        self.nominees = {
+            self.nominations[w.name]: (q, priority_of(tables, q, w))
+            for w, q in ordered
+            if w.name in self.nominations
+        }
+        decisions: list[EngineDecision] = []
+        try:
+            for index, (workload, queue) in enumerate(ordered):
+                self.last = index == len(ordered) - 1
+                held = workload.name in self.reservations.holders
+                if self.blocked and not held and self._every_pool_closed():
+                    decisions.append(Wait(workload, queue, self._all_closed_reason()))
+                    continue
+                decisions.append(self._decide(workload, queue))
+        finally:
+            for name in reversed(self.bound):
+                self.snapshot.release(name)
+        return CycleResult(
+            decisions=tuple(decisions),
+            nominations=self.nominations,
+            reservations=self.reservations.kept(),
+        )
+
+    def _every_pool_closed(self) -> bool:
+        return len(self.blocked) == self.engine.populated_pools and all(
+            self._closed(pool) for pool in self.blocked
+        )
+
+    def _decide(self, workload: Workload, queue: int) -> EngineDecision:
+        queue_name = self.tables.queues[queue].name
+        routes = self.engine.route(workload, queue_name)
+        if isinstance(routes, str):
+            return Wait(workload, queue, routes)
+        holder = workload.name in self.reservations.holders
+        if not holder and all(self._closed(pool) for pool in routes):
+            first = routes[0]
+            units = self.engine.policy.pending_units(workload.pod, first)
+            held = hold_reason(self.tables, self.layout, self.ledger, queue, first, units)
+            head = self.blocked[first][0].workload.name
+            return Wait(
+                workload,
+                queue,
+                held or f"waiting behind {head} in pool {self.layout.pools[first].name}",
+            )
+        reason = ""
+        reject: Reject | None = None
+        for pool in routes:
+            outcome = self._try_pool(workload, queue, pool)
+            if isinstance(outcome, Reject):
+                reject = reject or outcome
+                reason = reason or outcome.message
+            elif isinstance(outcome, str):
+                reason = reason or outcome
+            else:
+                return outcome
+        return Wait(workload, queue, reason, reject)
+
+    def _all_closed_reason(self) -> str:
+        heads = ", ".join(
+            f"{heads[0].workload.name} in pool {self.layout.pools[p].name}"
+            for p, heads in self.blocked.items()
+        )
+        return f"waiting behind {heads}"
+
+    def _closed(self, pool: int) -> bool:
+        """Whether nothing more may start in ``pool`` this cycle (strict order or depth)."""
+        if pool not in self.blocked:
+            return False
+        options = self.engine.options
+        return not options.backfill or self.examined.get(pool, 0) >= options.backfill_depth
+
+    def _try_pool(
+        self, workload: Workload, queue: int, pool: int
+    ) -> Admit | Preempt | Reject | str:
+        pod = workload.pod
+        if not self.layout.node_count[pool]:
+            return self.layout.empty_reason(pool)
+        units = self.engine.policy.pending_units(pod, pool)
+        priority = priority_of(self.tables, queue, workload)
+        held = (
+            hold_reason(self.tables, self.layout, self.ledger, queue, pool, units)
+            if self.tables.limited
+            else ""
+        )
+        attempt = Attempt(workload, queue, pool, units, priority)
+        if held:
+            choice = self._victims_for_quota(attempt)
+            return held if choice is None else self._nominate(attempt, choice)
+        heads = self.blocked.get(pool)
+        if heads is not None or pool in self.failed:
+            refusal = self._order_refusal(attempt, heads)
+            if refusal:
+                return refusal
+        checks = self.checks(pool, workload, queue)
+        decision = self.engine.scheduler.schedule(self.snapshot, pod, checks)
+        if isinstance(decision, Bind):
+            placed: Bind | str = decision
+            if heads is not None or self.reservations.binding(pool):
+                placed = self._backfill(workload, queue, pool, heads or [], decision, checks)
+            placed = self._eligible_gpus(workload, placed)
+            if isinstance(placed, str):
+                return placed
+            return self._admit(workload, queue, pool, placed, backfilled=heads is not None)
+        return self._unplaced(attempt, checks, decision)
+
+    def _order_refusal(self, attempt: Attempt, heads: list[Blocked] | None) -> str:
+        """Why the pool's order keeps a pod from being tried now ("" if it may be, or holds)."""
+        pool = attempt.pool
+        held = attempt.workload.name in self.reservations.holders
+        pool_name = self.layout.pools[pool].name
+        if heads is not None:
+            name = heads[0].workload.name
+            if not self.engine.options.backfill:
+                return f"waiting behind {name} in pool {pool_name} (strict order)"
+            self.examined[pool] = self.examined.get(pool, 0) + 1
+            if self.examined[pool] > self.engine.options.backfill_depth and not held:
+                return f"waiting behind {name} in pool {pool_name} (backfill depth reached)"
+        if not held and any(
+            _no_smaller(failed, attempt.workload.pod) for failed in self.failed.get(pool, ())
+        ):
+            if heads is not None:  # blocked as surely as if it had been tried
+                self._block(pool, attempt)
+            return f"no room in pool {pool_name} for a pod of this size this cycle"
+        return ""
+
+    def _unplaced(
+        self, attempt: Attempt, checks: tuple[NodeCheck, ...], decision: Reject
+    ) -> Preempt | Reject | str:
+        """Nothing fits: wait for a nomination, preempt, or become the pool's blocked head."""
+        workload, pool = attempt.workload, attempt.pool
+        failed = self.failed.setdefault(pool, [])
+        # a claim pod may fail only for its selectors: its size says nothing about others'
+        if len(failed) < FAILED_SHAPES_KEPT and workload.name not in self.request.eligibility:
+            failed.append(workload.pod)
+        if workload.name in self.nominations:
+            node = self.snapshot.node_names[self.nominations[workload.name]]
+            return f"nominated to node {node}: waiting for preempted pods to terminate"
+        if self.engine.options.preemption and self.victims.may_search(attempt.queue, pool):
+            choice = self.victims.for_room(attempt, checks, self.ledger)
+            if choice is not None:
+                return self._nominate(attempt, choice)
+        self._block(pool, attempt)
+        return decision
+
+    def _block(self, pool: int, attempt: Attempt) -> None:
+        """Count ``attempt`` among the pool's blocked pods: the head, and those it may protect.
+
+        The head (the first blocked pod) is kept whatever its size, since the order's waits name
+        it; after it only pods large enough to hold a reservation, until the pool has as many of
+        those as it may protect (:attr:`EngineOptions.reserve_above_units`).
+        """
+        heads = self.blocked.setdefault(pool, [])
+        options = self.engine.options
+        threshold = options.reserve_above_units
+        protected = threshold is None or attempt.units > threshold
+        if not heads or (
+            protected and sum(head.protected for head in heads) < options.reservations_per_pool
+        ):
+            heads.append(Blocked(attempt.workload, attempt.queue, protected))
+
+    def checks(self, pool: int, workload: Workload, queue: int) -> tuple[NodeCheck, ...]:
+        """The cycle's own checks for a pod: its pool, nodes nominated to others, its claim."""
+        checks = self.engine.pool_checks(pool) + self._nomination_checks(workload, queue)
+        eligibility = self.request.eligibility.get(workload.name)
+        if eligibility is not None:
+            checks += (eligibility.check(self.snapshot, workload.pod),)
+        return checks
+
+    def _eligible_gpus(self, workload: Workload, placed: Bind | str) -> Bind | str:
+        """A claim pod's placement with the policy's GPUs kept to those its claim may use.
+
+        The node check already passed only nodes with enough eligible free GPUs; without this
+        the policy could still pick, on such a node, a GPU the claim's selectors exclude.
+        """
+        eligibility = self.request.eligibility.get(workload.name)
+        if eligibility is None or isinstance(placed, str) or not placed.gpus:
+            return placed
+        gpus = restrict_choice(self.snapshot, workload.pod, placed.node, eligibility, placed.gpus)
+        if gpus is None:
+            return REASON_NO_ELIGIBLE
+        return replace(placed, gpus=gpus)
+
+    def _admit(
+        self, workload: Workload, queue: int, pool: int, bind: Bind, *, backfilled: bool
+    ) -> Admit:
+        now = self.request.now
+        units = milli_units(workload.pod, self.snapshot.nodes[bind.node].gpu_memory_mib)
+        runtime = self.runtimes.estimate(workload, self.tables.queues[queue].name)
+        admit = Admit(workload, queue, pool, units, bind, backfilled, now + runtime)
+        if not self.last:  # later pods must see it; the last pod's bind would only be undone
+            self.snapshot.bind(workload.pod, bind.node, bind.gpus)
+            self.bound.append(workload.name)
+            if self.ledger is self.request.ledger:
+                self.ledger = self.ledger.copy()
+            self.ledger.add(admit.running(now))
+        self.nominations.pop(workload.name, None)
+        return admit
+
+    def _nomination_checks(self, workload: Workload, queue: int) -> tuple[NodeCheck, ...]:
+        """Nodes nominated to others that ``workload`` must keep off.
+
+        A pod of another queue keeps off whatever its priority (else a borrower's high-priority
+        pod would take the room reclaimed from it); one of the nominee's queue keeps off unless
+        it has a higher priority (it could preempt the nominee anyway).
+        """
+        if not self.nominees:
+            return ()
+        own = self.nominations.get(workload.name)
+        priority = priority_of(self.tables, queue, workload)
+        mask = np.ones(self.snapshot.size, dtype=np.bool_)
+        for node, (nominee_queue, nominee) in self.nominees.items():
+            if node != own and (nominee_queue != queue or nominee >= priority):
+                mask[node] = False
+        if mask.all():
+            return ()
+        return (("node(s) nominated to a preempting pod", mask),)
+
+    def _backfill(
+        self,
+        workload: Workload,
+        queue: int,
+        pool: int,
+        heads: list[Blocked],
+        decision: Bind,
+        checks: tuple[NodeCheck, ...],
+    ) -> Bind | str:
+        """``decision`` if it cannot delay a reservation of the pool, else a placement away.
+
+        A pod's own reservation does not hold it back (else a holder tried behind another
+        blocked pod could not start on the node kept for it).
+        """
+        held = self.reservations.of(
+            pool, heads, lambda head: self.checks(pool, head.workload, head.queue)
+        )
+        reservations = [r for r in held if r.pod != workload.name]
+        if not reservations:
+            return decision
+        runtime = self.runtimes.estimate(workload, self.tables.queues[queue].name)
+        delayed = delayed_nodes(reservations, self.request.now, runtime)
+        if decision.node not in delayed:
+            return decision
+        away = np.ones(self.snapshot.size, dtype=np.bool_)
+        away[list(delayed)] = False
+        holders = ", ".join(sorted(r.pod for r in reservations if r.node in delayed))
+        retry = self.engine.scheduler.schedule(
+            self.snapshot, workload.pod, (*checks, (f"node(s) reserved for {holders}", away))
+        )
+        if isinstance(retry, Bind):
+            return retry
+        reservation = min(
+            (r for r in reservations if r.node == decision.node), key=lambda r: r.start_at
+        )
+        return (
+            f"backfill: would delay {reservation.pod}, reserved on node "
+            f"{self.snapshot.node_names[reservation.node]} from t={reservation.start_at:.0f}s"
+        )
+
+    def _victims_for_quota(self, attempt: Attempt) -> VictimChoice | None:
+        """Priority preemption inside the queue for a pod its own ceiling or pod limit holds."""
+        if not self.engine.options.preemption:
+            return None
+        checks = self.checks(attempt.pool, attempt.workload, attempt.queue)
+        return self.victims.for_quota(attempt, checks, self.ledger)
+
+    def _nominate(self, attempt: Attempt, choice: VictimChoice) -> Preempt:
+        workload = attempt.workload
+        self.nominations[workload.name] = choice.node
+        self.nominees[choice.node] = (attempt.queue, attempt.priority)
+        return Preempt(
+            workload=workload,
+            queue=attempt.queue,
+            pool=attempt.pool,
+            node=choice.node,
+            node_name=self.snapshot.node_names[choice.node],
+            victims=choice.victims,
+            rule=choice.rule,
+            gpu_seconds_lost=choice.gpu_seconds_lost,
+        )
+
+
+def _no_smaller(failed: PodSpec, pod: PodSpec) -> bool:
+    """Whether ``pod`` asks for at least everything ``failed`` asked for, in the same shape.
+
+    The same shape includes the same node constraints: a pod that may use other nodes than
+    the one that failed can fit where it could not.
+    """
+    return (
+        pod.kind is failed.kind
+        and pod.gpu_models == failed.gpu_models
+        and pod.mig_profile == failed.mig_profile
+        and pod.constraints == failed.constraints
+        and pod.gpu_count >= failed.gpu_count
+        and pod.gpu_milli >= failed.gpu_milli
+        and pod.gpu_memory_mib >= failed.gpu_memory_mib
+        and pod.cpu_milli >= failed.cpu_milli
+        and pod.memory_mib >= failed.memory_mib
+    )

@@ -1,0 +1,186 @@
+"""What one policy-engine cycle takes and returns: data only, the algorithm is elsewhere.
+
+The simulator, the demo and the live scheduler build a :class:`CycleRequest` from their own state
+and carry out the :class:`CycleResult`'s decisions in their own way (bind on a snapshot, or a
+Binding and Evictions through the API server); keeping these types apart from the algorithm
+(:mod:`gpupool.scheduling.cycle`) lets each caller read what it needs without the rest:
+
+* :class:`Admit`: bind this pod there (the core's :class:`~gpupool.core.decisions.Bind`), charge
+  that many milli-units to its queue in that pool;
+* :class:`Wait`: the pod stays pending, with a reason naming the rule (a quota limit, a pool
+  that refuses it, the pod it waits behind, or kube-scheduler's capacity sentence);
+* :class:`Preempt`: evict these victims for that pod, which is nominated to that node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpupool.core.decisions import Bind, Reject
+from gpupool.core.snapshot import ClusterSnapshot
+from gpupool.policy.quota import Ledger
+from gpupool.policy.workload import Running, Workload
+from gpupool.scheduling.backfill import DEFAULT_RESERVATIONS, Reservation
+from gpupool.scheduling.claim_placement import GpuEligibility
+from gpupool.scheduling.preemption import Rule
+from gpupool.scheduling.runtime import RuntimeEstimator
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """Which mechanisms are on, and the per-cycle work bounds.
+
+    Attributes:
+        backfill: EASY backfill behind a blocked pod; off means strict order per pool.
+        preemption: Priority preemption and guarantee reclaim.
+        max_preemptions: Victim searches per cycle at most (successful or not), and at most
+            one per queue and pool.
+        backfill_depth: Pods examined behind a blocked head, per pool and cycle.
+        reservations_per_pool: Blocked pods per pool that hold a backfill reservation, first
+            in serving order (1: EASY backfill; see :mod:`~gpupool.scheduling.backfill`).
+        reservations_follow_pods: A reservation whose start passed with its pod still waiting
+            is found again for that pod rather than given to the pool's current head.
+        reserve_above_units: Only blocked pods that ask for more than this many milli-units in
+            the pool hold a reservation (``None``: every blocked pod may).
+    """
+
+    backfill: bool = True
+    preemption: bool = True
+    max_preemptions: int = 8
+    backfill_depth: int = 100
+    reservations_per_pool: int = DEFAULT_RESERVATIONS
+    reservations_follow_pods: bool = False
+    reserve_above_units: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.reservations_per_pool < 1:
+            raise ValueError(
+                f"reservations_per_pool: must be at least 1 ({self.reservations_per_pool})"
+            )
+        if self.reserve_above_units is not None and self.reserve_above_units < 0:
+            raise ValueError(
+                f"reserve_above_units: must be at least 0 ({self.reserve_above_units})"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Start a pending pod.
+
+    Attributes:
+        workload: The pod.
+        queue: Queue index.
+        pool: Pool index.
+        units: Milli-units to charge.
+        bind: Node and GPUs.
+        backfilled: Whether it started ahead of a blocked pod of its pool.
+        expected_end: ``now`` plus its expected runtime (record it in :class:`Running`).
+    """
+
+    workload: Workload
+    queue: int
+    pool: int
+    units: int
+    bind: Bind
+    backfilled: bool
+    expected_end: float
+
+    def running(self, now: float) -> Running:
+        """The record of the pod once started at ``now``."""
+        return Running(
+            self.workload, self.queue, self.pool, self.units, self.bind.node, now, self.expected_end
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Keep a pod pending.
+
+    Attributes:
+        workload: The pod.
+        queue: Queue index.
+        reason: Why, naming the rule, queue, limit and pool where one applies.
+        reject: The placement's rejection (per-reason node counts) when the pod waits for
+            capacity; ``None`` when a policy rule holds it.
+    """
+
+    workload: Workload
+    queue: int
+    reason: str
+    reject: Reject | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Evict ``victims`` so that ``workload`` can start on ``node``.
+
+    Attributes:
+        workload: The preemptor (nominated to ``node``).
+        queue: Its queue index.
+        pool: Its pool index.
+        node: Node row.
+        node_name: Node name.
+        victims: Pods to evict.
+        rule: Priority or reclaim.
+        gpu_seconds_lost: GPU-unit seconds of work the victims lose.
+    """
+
+    workload: Workload
+    queue: int
+    pool: int
+    node: int
+    node_name: str
+    victims: tuple[str, ...]
+    rule: Rule
+    gpu_seconds_lost: float
+
+
+EngineDecision = Admit | Wait | Preempt
+
+
+@dataclass(frozen=True, slots=True)
+class CycleRequest:
+    """Everything one cycle decides from.
+
+    Attributes:
+        snapshot: The cluster with every running pod bound.
+        pending: Pods waiting to start.
+        running: Running pods by name, with their charges.
+        ledger: What each queue holds now.
+        now: Seconds.
+        nominations: Pod name to the node its preemption freed (from earlier cycles).
+        runtimes: Runtime estimates for backfill (when omitted, an estimator that has learned
+            nothing: every undeclared runtime is the default).
+        reservations: The previous cycle's reservations, per pool. A reservation stays with its
+            pod while that pod is pending and the reserved start lies ahead (completions only
+            move it earlier and backfill never moves it later); then the pool's current blocked
+            pods get new ones. One sweep of the running pods per reservation, not per cycle.
+        eligibility: Pod name to the GPUs its DRA claim may use (claim pods only): a node
+            check wherever the pod is placed, and the GPU choice kept to those GPUs.
+    """
+
+    snapshot: ClusterSnapshot
+    pending: Sequence[Workload]
+    running: Mapping[str, Running]
+    ledger: Ledger
+    now: float
+    nominations: Mapping[str, int] = field(default_factory=dict)
+    runtimes: RuntimeEstimator | None = None
+    reservations: Mapping[int, tuple[Reservation, ...]] = field(default_factory=dict)
+    eligibility: Mapping[str, GpuEligibility] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """What one cycle decided.
+
+    Attributes:
+        decisions: One per pending pod, in serving order.
+        nominations: Outstanding nominations after the cycle (pass them to the next one).
+        reservations: Per pool index, the backfill reservations of its blocked pods, if any.
+    """
+
+    decisions: tuple[EngineDecision, ...]
+    nominations: dict[str, int]
+    reservations: dict[int, tuple[Reservation, ...]]

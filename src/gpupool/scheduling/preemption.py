@@ -1,0 +1,221 @@
+"""Preemption and reclaim: who may be evicted for whom, and which victims cost least.
+
+Two rules, tried in this order for a pod that quota admits but no node can take now:
+
+* **priority**: a pod may evict pods of its own queue with a strictly lower priority, to make
+  room on a node and, when its queue's ceiling or pod limit holds it, to get back under it
+  (otherwise a queue at its ceiling could never run its urgent pods);
+* **reclaim**: a queue that stays within its guarantee with the pod may take back what other
+  queues borrowed above theirs: victims come from reclaimable queues holding more than their
+  guarantee in the pool, never more from one queue than it borrowed (reclaim never pushes a
+  queue under its own guarantee), whatever their priorities. Borrowed capacity is lent, not
+  owned: if the borrower's pod priorities (which its tenants choose) or its queue priority
+  could shield it, a queue borrowing with high-priority pods would keep another queue under
+  its guarantee for as long as it liked.
+
+Under both, a pod younger than its queue's ``minRuntimeBeforePreemption`` is protected, and
+inside a queue no pod is ever evicted for a pod of lower or equal priority. Among the nodes
+where evicting eligible pods makes room (and that the pod's node selector, affinity,
+tolerations and models allow), the choice loses the least GPU time: per node, victims are
+taken cheapest first (GPU units times how long they have run, so young and small pods go
+first), then any victim the pod can do without is put back; the node with the least total loss
+wins (fewest victims, then node order, on ties). The caller nominates the pod to that node so
+the freed room is not taken by others while the victims terminate.
+
+The what-ifs release and re-bind pods on the snapshot and leave it as it was (only the nodes'
+generation counters move, which makes policies refresh those rows once).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpupool.core.filtering import admissible, fits_on_node
+from gpupool.core.model import PodSpec
+from gpupool.core.snapshot import Allocation, BoolArray, ClusterSnapshot
+from gpupool.policy.quota import Ledger, QueueTables
+from gpupool.policy.units import MILLI_UNITS
+from gpupool.policy.workload import Running
+from gpupool.scheduling.ordering import priority_of
+
+
+class Rule(enum.Enum):
+    """Why a pod was preempted."""
+
+    PRIORITY = "priority"
+    RECLAIM = "reclaim"
+
+
+@dataclass(frozen=True, slots=True)
+class VictimChoice:
+    """The cheapest way found to make room for a pod.
+
+    Attributes:
+        node: Node row where the pod will go.
+        victims: Names of the pods to evict.
+        gpu_seconds_lost: GPU-unit seconds of work the victims lose.
+        rule: The rule that allows it.
+    """
+
+    node: int
+    victims: tuple[str, ...]
+    gpu_seconds_lost: float
+    rule: Rule
+
+
+def is_protected(running: Running, tables: QueueTables, now: float) -> bool:
+    """Whether a pod has run less than its queue's ``minRuntimeBeforePreemption``."""
+    return now - running.started_at < float(tables.min_runtime[running.queue])
+
+
+def eligible_victims(
+    rule: Rule,
+    queue: int,
+    priority: tuple[int, int],
+    pool: int,
+    running: Iterable[Running],
+    tables: QueueTables,
+    ledger: Ledger,
+    now: float,
+) -> list[Running]:
+    """The running pods ``rule`` lets a pod of ``queue`` and ``priority`` evict in ``pool``."""
+    victims = []
+    for candidate in running:
+        if candidate.pool != pool or is_protected(candidate, tables, now):
+            continue
+        if rule is Rule.PRIORITY:
+            theirs = priority_of(tables, candidate.queue, candidate.workload)
+            if candidate.queue == queue and theirs < priority:
+                victims.append(candidate)
+        elif (
+            candidate.queue != queue
+            and tables.reclaimable[candidate.queue]
+            and ledger.used[candidate.queue, pool] > tables.guaranteed[candidate.queue, pool]
+        ):
+            victims.append(candidate)
+    return victims
+
+
+def reclaim_budgets(tables: QueueTables, ledger: Ledger, pool: int) -> Mapping[int, int]:
+    """Per queue, how much it borrowed above its guarantee in ``pool`` (all that reclaim takes)."""
+    borrowed = ledger.used[:, pool] - tables.guaranteed[:, pool]
+    return {q: int(b) for q, b in enumerate(borrowed) if b > 0}
+
+
+def lost_gpu_seconds(running: Running, now: float) -> float:
+    """GPU-unit seconds a victim's eviction throws away."""
+    return running.units / MILLI_UNITS * max(0.0, now - running.started_at)
+
+
+def choose_victims(
+    snapshot: ClusterSnapshot,
+    pod: PodSpec,
+    candidates: Iterable[Running],
+    node_mask: BoolArray,
+    now: float,
+    rule: Rule,
+    budgets: Mapping[int, int] | None = None,
+    max_nodes: int = 8,
+    free_units: int = 0,
+    free_pods: int = 0,
+) -> VictimChoice | None:
+    """The node and victims that make room for ``pod`` with the least GPU time lost.
+
+    Args:
+        snapshot: The cluster; restored before returning.
+        pod: The preemptor's request.
+        candidates: Pods the rule allows to evict.
+        node_mask: Nodes the caller's rules allow (its pool, minus nodes nominated to others);
+            the pod's own constraints (:func:`~gpupool.core.filtering.admissible`) are
+            applied here.
+        now: Seconds.
+        rule: The rule, recorded in the choice.
+        budgets: Most milli-units that may be taken per queue (reclaim); ``None``: no bound.
+        max_nodes: Nodes tried at most, those whose eligible pods lose least in total first
+            (a bound on the what-ifs of one search; the choice is the best among them).
+        free_units: Milli-units the victims must free besides making room (a pod held by its
+            own queue's ceiling evicts lower-priority pods of the queue to get under it).
+        free_pods: Pods the victims must number at least (the queue's pod limit).
+    """
+    by_node: defaultdict[int, list[Running]] = defaultdict(list)
+    # nodes the pod could never use (its selector, taints, model...) are not tried: ranked
+    # first, they could use up max_nodes and leave the node it can use unsearched
+    static_ok = (snapshot.gpu_count >= pod.gpu_count) & admissible(snapshot, pod)
+    for candidate in candidates:
+        if node_mask[candidate.node] and static_ok[candidate.node]:
+            by_node[candidate.node].append(candidate)
+    best: tuple[float, int, int, tuple[str, ...]] | None = None
+    # the nodes whose eligible pods together lose the least come first; at most max_nodes
+    ranked = sorted(by_node, key=lambda n: (sum(lost_gpu_seconds(r, now) for r in by_node[n]), n))
+    for node in ranked[:max_nodes]:
+        found = _victims_on_node(
+            snapshot, pod, node, by_node[node], now, budgets, (free_units, free_pods)
+        )
+        if found is None:
+            continue
+        lost, victims = found
+        key = (lost, len(victims), node, victims)
+        if best is None or key < best:
+            best = key
+    if best is None:
+        return None
+    return VictimChoice(node=best[2], victims=best[3], gpu_seconds_lost=best[0], rule=rule)
+
+
+def _victims_on_node(
+    snapshot: ClusterSnapshot,
+    pod: PodSpec,
+    node: int,
+    candidates: list[Running],
+    now: float,
+    budgets: Mapping[int, int] | None,
+    quota: tuple[int, int],
+) -> tuple[float, tuple[str, ...]] | None:
+    def enough(freed: list[Running]) -> bool:
+        return (
+            sum(r.units for r in freed) >= quota[0]
+            and len(freed) >= quota[1]
+            and fits_on_node(snapshot, pod, node)
+        )
+
+    order = sorted(
+        candidates, key=lambda r: (lost_gpu_seconds(r, now), -r.started_at, r.workload.name)
+    )
+    removed: list[tuple[Running, Allocation]] = []
+    spent: Counter[int] = Counter()
+    try:
+        fits = False
+        for candidate in order:
+            if budgets is not None and spent[candidate.queue] + candidate.units > budgets.get(
+                candidate.queue, 0
+            ):
+                continue
+            removed.append((candidate, snapshot.release(candidate.workload.name)))
+            spent[candidate.queue] += candidate.units
+            if enough([r for r, _ in removed]):
+                fits = True
+                break
+        if not fits:
+            return None
+        needed: list[Running] = []
+        # put back whatever the pod can do without, costliest first
+        for candidate, allocation in sorted(
+            removed, key=lambda item: -lost_gpu_seconds(item[0], now)
+        ):
+            snapshot.bind(allocation.pod, allocation.node, allocation.gpus, running=True)
+            others = [r for r, _ in removed if r is not candidate]
+            if enough(others):
+                removed.remove((candidate, allocation))
+                continue
+            snapshot.release(candidate.workload.name)
+            needed.append(candidate)
+        lost = float(np.sum([lost_gpu_seconds(r, now) for r in needed]))
+        return lost, tuple(sorted(r.workload.name for r in needed))
+    finally:
+        for _, allocation in reversed(removed):
+            snapshot.bind(allocation.pod, allocation.node, allocation.gpus, running=True)

@@ -1,0 +1,201 @@
+"""The simulated cluster: simulated nodes under the policy engine, as both simulations run it.
+
+``gpupool sim dynamic`` (:mod:`gpupool.sim.dynamic`) and ``gpupool demo``
+(:mod:`gpupool.sim.embedded`) drive this one class. It holds the snapshot, the compiled policy,
+the pending pods, the running pods with what their queues were charged (the ledger), the
+learned runtimes and what one engine cycle hands the next; it runs
+:meth:`~gpupool.scheduling.engine.PolicyEngine.cycle`, the same pure call the live scheduler
+makes, and carries out its decisions: an admission binds and schedules the pod's end, a
+preemption evicts its victims back to pending (their work is lost, their scheduled ends go
+stale), a wait leaves the pod pending, an end frees the pod's GPUs and teaches the runtime
+estimator. The drivers own the clock (:attr:`SimulatedCluster.now`) and what they measure or
+show, through the ``on_*`` hooks, so that a rule of the simulated cluster is written once.
+
+Eviction is immediate here, so a cycle that preempted runs again at once
+(:data:`CYCLE_ROUNDS` in all) and the nominated pod starts without waiting for the next change; a
+live cluster waits for graceful termination, which is what nomination covers.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+from gpupool.core.framework import Scheduler
+from gpupool.core.model import NodeSpec
+from gpupool.core.snapshot import ClusterSnapshot
+from gpupool.policy.cluster import ClusterPolicy
+from gpupool.policy.spec import PolicyConfig
+from gpupool.policy.workload import Running, Workload
+from gpupool.scheduling.cycle_request import Carried, cycle_request
+from gpupool.scheduling.decisions import Admit, CycleResult, EngineOptions, Preempt, Wait
+from gpupool.scheduling.engine import PolicyEngine
+from gpupool.scheduling.runtime import RuntimeEstimator
+
+CYCLE_ROUNDS = 4
+"""Cycles run back to back while they preempt (bounded, so a chain of preemptions cannot
+spin)."""
+
+
+class SimulatedCluster:
+    """Simulated nodes, pods and queues under one compiled policy.
+
+    Args:
+        nodes: The node inventory.
+        config: Pools and queues (as in the CRDs).
+        scheduler: The placement policy and its tie ranks.
+        options: The engine's mechanisms and bounds.
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeSpec],
+        config: PolicyConfig,
+        scheduler: Scheduler,
+        options: EngineOptions | None = None,
+    ) -> None:
+        self.snapshot = ClusterSnapshot(list(nodes))
+        self.policy = ClusterPolicy.build(config, self.snapshot.nodes)
+        self.policy.prepare(self.snapshot)
+        self.engine = PolicyEngine(scheduler, self.policy, options or EngineOptions())
+        self.ledger = self.policy.new_ledger()
+        self.runtimes = RuntimeEstimator()
+        self.now = 0.0
+        """Simulated seconds; the driver moves it (and :meth:`end_next` to each end)."""
+        self.running: dict[str, Running] = {}
+        self.pending: dict[str, Workload] = {}
+        self.changed = False
+        """Something a cycle could use happened since the last one ran."""
+        self.carried = Carried()
+        self._durations: dict[str, float] = {}
+        self._ends: list[tuple[float, int, str, int]] = []
+        self._ends_pushed = 0
+        self._runs: dict[str, int] = {}
+
+    def arrive(self, workload: Workload, duration: float) -> None:
+        """A pod arrives now; once started it holds its GPUs for ``duration`` seconds."""
+        self.pending[workload.name] = workload
+        self._durations[workload.name] = duration
+        self.engine.observe(workload)
+        self.changed = True
+
+    def next_end(self) -> float | None:
+        """When the next scheduled end falls (that pod may have been evicted since)."""
+        return self._ends[0][0] if self._ends else None
+
+    def end_next(self) -> Running | None:
+        """Move the clock to the next scheduled end and finish that pod.
+
+        Returns:
+            The finished pod; ``None`` when the end was stale (the pod was evicted or taken
+            away after it was scheduled), which changes nothing but the clock.
+        """
+        at, _, name, run = heapq.heappop(self._ends)
+        self.now = at
+        if self._runs.get(name) != run:
+            return None
+        record = self._release(name)
+        queue = self.policy.tables.queues[record.queue].name
+        self.runtimes.observe_completion(record.workload, queue, at - record.started_at)
+        del self._durations[name]
+        self.changed = True
+        self.on_finish(record)
+        return record
+
+    def withdraw(self, name: str) -> None:
+        """Take a pod away for good, running or pending (a reclaim, a user's delete)."""
+        if name in self.running:
+            self._release(name)
+        self.pending.pop(name, None)
+        self._durations.pop(name, None)
+        self.changed = True
+
+    def run_cycles(self) -> bool:
+        """If something changed and pods wait, run cycles and carry out their decisions.
+
+        Returns:
+            Whether a cycle ran.
+        """
+        if not (self.changed and self.pending):
+            return False
+        self.changed = False
+        for _ in range(CYCLE_ROUNDS):
+            request = cycle_request(
+                self.snapshot,
+                list(self.pending.values()),
+                self.running,
+                self.ledger,
+                self.now,
+                self.runtimes,
+                self.carried,
+            )
+            result = self.engine.cycle(request)
+            self.carried = Carried.after(result)
+            preempted = self._apply(result)
+            self.on_cycle(result)
+            if not preempted:
+                break
+        return True
+
+    def _apply(self, result: CycleResult) -> bool:
+        """Carry out a cycle's decisions; True if it preempted."""
+        preempted = False
+        for decision in result.decisions:
+            if isinstance(decision, Admit):
+                self._start(decision)
+            elif isinstance(decision, Preempt):
+                preempted = True
+                self._evict(decision)
+            else:
+                self.on_wait(decision)
+        return preempted
+
+    def _start(self, decision: Admit) -> None:
+        workload, bind = decision.workload, decision.bind
+        name = workload.name
+        self.snapshot.bind(workload.pod, bind.node, bind.gpus)
+        record = decision.running(self.now)
+        self.running[name] = record
+        self.ledger.add(record)
+        del self.pending[name]
+        run = self._runs.get(name, 0) + 1
+        self._runs[name] = run
+        end = (self.now + self._durations[name], self._ends_pushed, name, run)
+        heapq.heappush(self._ends, end)
+        self._ends_pushed += 1
+        self.on_start(decision, record)
+
+    def _evict(self, decision: Preempt) -> None:
+        for victim in decision.victims:
+            record = self._release(victim)
+            self.pending[victim] = record.workload
+            self.on_evict(record, decision)
+
+    def _release(self, name: str) -> Running:
+        """Free what a running pod holds and uncharge its queue; its scheduled end goes stale."""
+        record = self.running.pop(name)
+        self.snapshot.release(name)
+        self.ledger.remove(record)
+        self._runs[name] += 1
+        self.on_release(record)
+        return record
+
+    # What the drivers hear; each does nothing here.
+
+    def on_start(self, decision: Admit, record: Running) -> None:
+        """A pending pod started (bound, charged, its end scheduled)."""
+
+    def on_release(self, record: Running) -> None:
+        """A running pod let go of its GPUs (it ended, was evicted or was taken away)."""
+
+    def on_evict(self, record: Running, decision: Preempt) -> None:
+        """A running pod was preempted for ``decision.workload`` and is pending again."""
+
+    def on_finish(self, record: Running) -> None:
+        """A running pod reached its end."""
+
+    def on_wait(self, decision: Wait) -> None:
+        """A cycle kept a pending pod waiting."""
+
+    def on_cycle(self, result: CycleResult) -> None:
+        """A cycle's decisions were carried out."""

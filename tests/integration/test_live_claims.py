@@ -1,0 +1,211 @@
+"""``gpupool control-plane`` allocates DRA claims on a real API server, with exactly its RBAC role.
+
+The scheduler runs as a user bound to the shipped ClusterRole, under the admission policies that
+let only it allocate gpupool's devices. One kwok node publishes (through this test, as the agent
+would) a ResourceSlice of four A100s and a fifth GPU in MIG mode with seven 1g.10gb instances;
+gpupool's DeviceClasses are installed from the package. What is checked is read back from the API
+server: the claims' allocations and reservations, the pods' Bindings, the pending reasons.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from benchlib.claim_check import claim_problems, claim_results
+
+from gpupool.agent.dra_slice import slice_devices, slice_object
+from gpupool.agent.nvml import GpuDevice, MigDevice
+from gpupool.devcluster.controlplane import LocalControlPlane
+from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
+from gpupool.kube.client.api import KubeAPI
+from gpupool.kube.install.crds import apply_object, install_crds
+from gpupool.kube.install.device_classes import device_class_manifests
+from gpupool.kube.install.rbac import grant_scheduler_role
+from gpupool.kube.objects.dra import CLASSES_PATH, SLICES_PATH
+
+from .live_helpers import SchedulerProcesses, list_pods, pending_reason, wait_for
+
+pytestmark = pytest.mark.integration
+
+RESOURCE = "/apis/resource.k8s.io/v1"
+Json = dict[str, Any]
+
+
+async def _node_with_slice(api: KubeAPI, name: str) -> list[Json]:
+    """A kwok node and its slice; returns the slices for the checker."""
+    await create_nodes(
+        api,
+        [
+            FakeGpuNode(
+                name,
+                gpus=4,
+                gpu_model="A100",
+                gpu_memory_mib=81920,
+                mig=(("1g.10gb", 7),),
+                labels=(("test", name),),
+            )
+        ],
+    )
+    node = await api.get(f"/api/v1/nodes/{name}")
+    gpus = [GpuDevice(i, f"GPU-{name}-{i}", "A100", 81920, i) for i in range(4)]
+    migs = tuple(MigDevice(f"MIG-{name}-{s}", "1g.10gb", 9856) for s in range(7))
+    gpus.append(GpuDevice(4, f"GPU-{name}-4", "A100", 81920, 4, True, migs, mig_capable=True))
+    body = slice_object(name, node["metadata"]["uid"], slice_devices(tuple(gpus)), 1)
+    created = await api.create(SLICES_PATH, body)
+    return [created]
+
+
+async def _start(
+    api: KubeAPI, control_plane: LocalControlPlane, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    user = f"gpupool-scheduler-{namespace}"
+    await install_crds(api, scheduler_identities=(user,))
+    await grant_scheduler_role(api, user)
+    for manifest in device_class_manifests():
+        await apply_object(api, CLASSES_PATH, manifest)
+    schedulers.kubeconfig = control_plane.user_kubeconfig(user)
+    schedulers.extra_args = ("--claims",)
+    schedulers.start("claims")
+
+
+async def _claim(api: KubeAPI, namespace: str, name: str, request: Json) -> None:
+    """A claim of one request, and a pod (on the test's own node) using it."""
+    claim_spec = {"devices": {"requests": [{"name": "gpu", "exactly": request}]}}
+    container = {
+        "name": "main",
+        "image": "busybox",
+        "resources": {"requests": {"cpu": "100m"}, "claims": [{"name": "gpu"}]},
+    }
+    pod_spec = {
+        "schedulerName": "gpupool",
+        "nodeSelector": {"test": f"{namespace}-n0"},
+        "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+        "containers": [container],
+    }
+    for path, kind, version, spec in (
+        (
+            f"{RESOURCE}/namespaces/{namespace}/resourceclaims",
+            "ResourceClaim",
+            "resource.k8s.io/v1",
+            claim_spec,
+        ),
+        (f"/api/v1/namespaces/{namespace}/pods", "Pod", "v1", pod_spec),
+    ):
+        body = {"apiVersion": version, "kind": kind, "metadata": {"name": name}, "spec": spec}
+        await api.create(path, body)
+
+
+async def _claims(api: KubeAPI, namespace: str) -> dict[str, Json]:
+    items = await api.list_items(f"{RESOURCE}/namespaces/{namespace}/resourceclaims")
+    return {c["metadata"]["name"]: c for c in items}
+
+
+async def _settled(api: KubeAPI, namespace: str, count: int) -> bool:
+    pods = await list_pods(api, namespace)
+    done = [p for p in pods if p["spec"].get("nodeName") or pending_reason(p)]
+    return len(done) == count
+
+
+SHARE = {
+    "deviceClassName": "gpu-share.gpupool.io",
+    "capacity": {"requests": {"memory": "20Gi", "compute": "300m"}},
+}
+MIG = {"deviceClassName": "mig-1g.10gb.gpupool.io"}
+BAD = {
+    "unknown-class": ({"deviceClassName": "nope.gpupool.io"}, "exactly.deviceClassName"),
+    # the API server refuses a selector that does not compile (422, naming the field); one that
+    # compiles but fails on every device reaches gpupool, which names it in the reason
+    "failing-selector": (
+        {
+            "deviceClassName": "gpu.gpupool.io",
+            "selectors": [
+                {"cel": {"expression": 'device.attributes["gpu.gpupool.io"].nosuch == 1'}}
+            ],
+        },
+        "exactly.selectors",
+    ),
+    "too-much-memory": (
+        {"deviceClassName": "gpu-share.gpupool.io", "capacity": {"requests": {"memory": "200Gi"}}},
+        "exactly.capacity.requests[memory]",
+    ),
+    "too-many": ({"deviceClassName": "gpu.gpupool.io", "count": 9}, "exactly.count"),
+}
+
+
+async def test_claims_for_a_share_a_mig_slice_and_two_gpus_are_allocated_and_released(
+    api: KubeAPI, control_plane: LocalControlPlane, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    slices = await _node_with_slice(api, f"{namespace}-n0")
+    requests = {
+        "share": SHARE,
+        "mig": MIG,
+        "two": {"deviceClassName": "gpu.gpupool.io", "count": 2},
+    }
+    for name, request in requests.items():
+        await _claim(api, namespace, name, request)
+    for name, (request, _) in BAD.items():
+        await _claim(api, namespace, name, request)
+    await _start(api, control_plane, namespace, schedulers)
+    total = len(requests) + len(BAD)
+    await wait_for(lambda: _settled(api, namespace, total), 60, "claim pods to settle")
+
+    pods = {p["metadata"]["name"]: p for p in await list_pods(api, namespace)}
+    claims = await _claims(api, namespace)
+    for name in requests:
+        assert pods[name]["spec"]["nodeName"] == f"{namespace}-n0", name
+        reserved = claims[name]["status"]["reservedFor"]
+        assert [r["uid"] for r in reserved] == [pods[name]["metadata"]["uid"]]
+        assert "gpupool.io/claim-allocation" in claims[name]["metadata"]["annotations"]
+    (share,) = claim_results(claims["share"])
+    assert share["consumedCapacity"] == {"memory": "20Gi", "compute": "300m"}
+    (mig,) = claim_results(claims["mig"])
+    assert mig["device"].startswith("mig-4-")
+    assert len({r["device"] for r in claim_results(claims["two"])}) == 2
+    for name, (_, field) in BAD.items():
+        assert not pods[name]["spec"].get("nodeName"), name
+        assert f"ResourceClaim {namespace}/{name} spec.devices.requests[0].{field}" in (
+            pending_reason(pods[name])
+        ), pending_reason(pods[name])
+    assert claim_problems(claims.values(), slices) == []
+
+    await api.request(
+        "DELETE", f"/api/v1/namespaces/{namespace}/pods/two", body={"gracePeriodSeconds": 0}
+    )
+
+    async def released() -> bool:
+        return not claim_results((await _claims(api, namespace))["two"])
+
+    await wait_for(released, 30, "the deleted pod's claim to be released")
+
+
+async def test_twenty_claim_pods_in_shuffled_order_share_one_node_without_overlap(
+    api: KubeAPI, control_plane: LocalControlPlane, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    slices = await _node_with_slice(api, f"{namespace}-n0")
+    rng = random.Random(18)
+    names = [f"p{i:02d}" for i in range(20)]
+    rng.shuffle(names)
+    for name in names:
+        kind = rng.choice(["share", "share", "mig", "whole"])
+        if kind == "share":
+            memory, compute = rng.choice([4, 10, 20, 40]), rng.choice([100, 250, 500])
+            request = {
+                "deviceClassName": "gpu-share.gpupool.io",
+                "capacity": {"requests": {"memory": f"{memory}Gi", "compute": f"{compute}m"}},
+            }
+        elif kind == "mig":
+            request = MIG
+        else:
+            request = {"deviceClassName": "gpu.gpupool.io", "count": rng.choice([1, 2])}
+        await _claim(api, namespace, name, request)
+    await _start(api, control_plane, namespace, schedulers)
+    await wait_for(lambda: _settled(api, namespace, len(names)), 60, "claim pods to settle")
+
+    pods = {p["metadata"]["name"]: p for p in await list_pods(api, namespace)}
+    claims = await _claims(api, namespace)
+    bound = {n for n, p in pods.items() if p["spec"].get("nodeName")}
+    assert bound
+    assert {n for n, c in claims.items() if claim_results(c)} == bound
+    assert claim_problems(claims.values(), slices) == []
