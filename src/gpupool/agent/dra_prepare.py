@@ -27,7 +27,7 @@ from gpupool.agent.cdi import CLAIM, device_name, remove_spec, spec_path, spec_t
 from gpupool.agent.dra_grants import ClaimGrant, claim_grant
 from gpupool.agent.grants import Grant, HandoffRefusedError, check_capacity
 from gpupool.agent.handoff import HandoffConfig
-from gpupool.agent.isolation import edits_for
+from gpupool.agent.isolation import host_checked_edits
 from gpupool.agent.nvml import GpuDevice
 from gpupool.kube.objects.dra import ResourceClaim
 
@@ -106,8 +106,9 @@ class ClaimPreparer:
         memory = {gpu.uuid: gpu.memory_mib for gpu in inventory}
         others = [*self.prepared.values(), *self._other_grants()]
         check_capacity(grant, others, memory)
+        edits = host_checked_edits(grant, self.config.isolation)
         mps.publish(self.config.isolation, [*others, grant], inventory)
-        self._write(grant)
+        write_spec(self.config.cdi_dir, grant.claim_uid, edits, CLAIM)
         self.prepared[uid] = grant
         self._save()
         log.info(
@@ -119,7 +120,7 @@ class ClaimPreparer:
         return grant
 
     def _write(self, grant: ClaimGrant) -> None:
-        edits = edits_for(grant, self.config.isolation)
+        edits = host_checked_edits(grant, self.config.isolation)
         write_spec(self.config.cdi_dir, grant.claim_uid, edits, CLAIM)
 
     async def unprepare(self, uid: str) -> bool:

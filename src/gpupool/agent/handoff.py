@@ -45,7 +45,7 @@ from gpupool.agent.grants import (
     check_capacity,
     grant_for,
 )
-from gpupool.agent.isolation import IsolationConfig, edits_for
+from gpupool.agent.isolation import IsolationConfig, host_checked_edits
 from gpupool.agent.nvml import GpuDevice
 from gpupool.agent.podresources import HeldDevices, PodResourcesSource
 from gpupool.kube.objects.record_check import signature_problem
@@ -268,8 +268,9 @@ class Handoff:
                 f"{grant.pod_uid} (deleted and re-created)"
             )
         self._check_capacity(grant, token, live)
+        edits = host_checked_edits(grant, self.config.isolation)
         mps.publish(self.config.isolation, [*self._all_grants(), grant], self._inventory())
-        write_spec(self.config.cdi_dir, token, edits_for(grant, self.config.isolation))
+        write_spec(self.config.cdi_dir, token, edits)
         log.info(
             "handoff %s: pod %s/%s container %s gets %s",
             token,

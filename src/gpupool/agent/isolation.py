@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpupool.agent.grants import GpuGrant, Grant
+from gpupool.agent.grants import GpuGrant, Grant, HandoffRefusedError
 from gpupool.core.model import MILLI_PER_GPU
 
 MODES = ("mps", "hami", "visible")
@@ -162,3 +162,26 @@ def edits_for(grant: Grant, config: IsolationConfig) -> ContainerEdits:
         mounts = (Mount(str(config.hami_library), HAMI_LIBRARY_IN_CONTAINER, read_only=True),)
         files.append(ContainerFile(PRELOAD_IN_CONTAINER, f"{HAMI_LIBRARY_IN_CONTAINER}\n"))
     return ContainerEdits(env, nodes, mounts, tuple(files))
+
+
+_MISSING_HINTS = {
+    "mps": "the MPS control daemon is not running on this node (chart: agent.mpsControlDaemon)",
+    "hami": "HAMi-core is not installed at this path (chart: agent.hamiLibrary)",
+}
+
+
+def host_checked_edits(grant: Grant, config: IsolationConfig) -> ContainerEdits:
+    """:func:`edits_for`, refused while a folder or file it mounts is missing on the node.
+
+    Without this check the hand-off succeeds and the runtime fails every start of the
+    container on the mount ("error mounting /run/gpupool/mps/shm"): a crash loop whose reason
+    names neither gpupool nor the missing daemon. Refused here, the kubelet shows the pod why.
+    """
+    edits = edits_for(grant, config)
+    missing = [mount.host_path for mount in edits.mounts if not Path(mount.host_path).exists()]
+    if missing:
+        raise HandoffRefusedError(
+            f"{', '.join(missing)} missing on the node: {_MISSING_HINTS[config.mode]}; "
+            "refusing the hand-off"
+        )
+    return edits

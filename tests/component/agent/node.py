@@ -139,6 +139,16 @@ class AgentNode:
         await self.board.update(advertised(self.nvml.devices(), self.slots))
 
 
+def installed_isolation(root: Path, mode: str) -> IsolationConfig:
+    """``mode``'s host side as a real node has it under ``root``: the MPS daemon's pipe and shm
+    folders, HAMi-core's library (the agent refuses a hand-off while what it mounts is missing)."""
+    config = IsolationConfig(mode=mode, mps_root=root / "mps", hami_library=root / "libvgpu.so")
+    for folder in ("pipe", "shm"):
+        (config.mps_root / folder).mkdir(parents=True, exist_ok=True)
+    config.hami_library.write_bytes(b"")
+    return config
+
+
 @asynccontextmanager
 async def agent_node(
     preset: str = "h100", slots: int = 4, isolation: str = "mps"
@@ -154,7 +164,7 @@ async def agent_node(
         kubelet,
         DeviceBoard(),
         slots,
-        IsolationConfig(mode=isolation, mps_root=root / "mps"),
+        installed_isolation(root, isolation),
     )
     await node.start_agent()
     try:

@@ -26,13 +26,15 @@ from gpupool.agent.dra_prepare import ClaimPreparer
 from gpupool.agent.fakenvml import FakeNvml
 from gpupool.agent.grants import ContainerGrant, GpuGrant
 from gpupool.agent.handoff import HandoffConfig
-from gpupool.agent.isolation import IsolationConfig, edits_for
+from gpupool.agent.isolation import edits_for
 from gpupool.agent.protos.dra.v1 import api_pb2 as dra_pb2
 from gpupool.agent.protos.dra.v1 import api_pb2_grpc as dra_grpc
 from gpupool.agent.protos.pluginregistration.v1 import api_pb2 as reg_pb2
 from gpupool.agent.protos.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from gpupool.kube.objects.claim_record import ClaimAllocationRecord, encode
 from gpupool.kube.objects.dra import ResourceClaim
+
+from .node import installed_isolation
 
 NODE = "node-a"
 
@@ -139,9 +141,7 @@ class Plugin:
 async def plugin() -> AsyncIterator[Plugin]:
     root = Path(tempfile.mkdtemp(prefix="gpd", dir="/tmp"))
     nvml = FakeNvml.preset("a100-mig", NODE)  # GPUs 0-3 in MIG mode, 4-7 whole
-    config = HandoffConfig(
-        NODE, root / "cdi", root / "state", IsolationConfig(mode="mps", mps_root=root / "mps")
-    )
+    config = HandoffConfig(NODE, root / "cdi", root / "state", installed_isolation(root, "mps"))
     claims = DictClaims()
     preparer = ClaimPreparer(config, claims, nvml.devices)
     republished: list[int] = []

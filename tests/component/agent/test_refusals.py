@@ -154,3 +154,32 @@ async def test_a_replaced_pod_does_not_lend_its_gpus_to_the_old_container() -> N
         node.pods.put(signed(new))
         with pytest.raises(ContainerStartError, match="deleted and re-created"):
             await node.kubelet.start_container(old["metadata"]["uid"], "main")  # a restart
+
+
+@pytest.mark.parametrize("isolation", ["mps", "hami"])
+async def test_a_share_is_refused_while_what_its_isolation_mounts_is_missing(
+    isolation: str,
+) -> None:
+    """No MPS daemon (its shm folder absent) or no HAMi-core library: the pod is told why,
+    instead of the runtime failing every start on the mount."""
+    async with agent_node("h100", isolation=isolation) as node:
+        await node.kubelet.wait_devices(RESOURCE_GPU, 32)
+        config = node.isolation
+        missing = config.mps_root / "shm" if isolation == "mps" else config.hami_library
+        if missing.is_dir():
+            missing.rmdir()
+        else:
+            missing.unlink()
+        pod = share_pod("early", [(0, "GPU-node-a-0")], cores=20, memory_mib=4096)
+        node.pods.put(pod)
+        await node.kubelet.admit(pod)
+        hint = "the MPS control daemon is not" if isolation == "mps" else "HAMi-core is not"
+        with pytest.raises(ContainerStartError, match=f"{missing} missing on the node: {hint}"):
+            await node.kubelet.start_container(pod["metadata"]["uid"], "main")
+        # once installed, the same pod starts
+        if isolation == "mps":
+            missing.mkdir()
+        else:
+            missing.write_bytes(b"")
+        started = await node.kubelet.start_container(pod["metadata"]["uid"], "main")
+        assert started.env["CUDA_VISIBLE_DEVICES"] == "GPU-node-a-0"
