@@ -187,6 +187,8 @@ class PodFacts:
         node_not_ready_since: Since when its node is NotReady; ``None`` while Ready.
         usage: Its usage so far (folded sample by sample under the pool's :attr:`Limits.activity`).
         last_active: The agent's last time the pod used the GPU (SM > 0); ``None`` unknown.
+        compute_fraction: The part of its GPUs' compute the pod was given
+            (:meth:`Limits.activity_for`), so its audit shows the threshold it was judged by.
         warning: The warning it carries, if any.
         deleting: Whether its deletion is under way.
     """
@@ -202,6 +204,7 @@ class PodFacts:
     node_not_ready_since: float | None = None
     usage: UsageHistory = field(default_factory=UsageHistory)
     last_active: float | None = None
+    compute_fraction: float = 1.0
     warning: PodWarning | None = None
     deleting: bool = False
 
@@ -306,7 +309,8 @@ def _firing(pod: PodFacts, limits: Limits, now: float) -> tuple[Rule, dict[str, 
                 "idle_seconds": now - since,
                 "idle_period": period,
                 "longest_quiet_seconds": pod.usage.longest_quiet,
-                "threshold_percent": threshold,
+                "threshold_percent": threshold * pod.compute_fraction,
+                "pool_threshold_percent": threshold,
                 "sm_percent": last.sm_percent,
                 "memory_busy_percent": last.memory_busy_percent,
             }

@@ -174,6 +174,19 @@ def test_a_share_working_flat_out_is_active_on_the_whole_gpus_scale(
         assert idle_since(UsageHistory.of(flat_out, LIMITS.activity)) == 0
 
 
+def test_a_shares_audit_shows_the_threshold_it_was_judged_by() -> None:
+    """A 10 % share reclaimed under a 10 % pool threshold was judged at 1 %: its record says
+    so, beside the pool's figure, or a reader would think it ran under 10 % and was idle."""
+    fraction = compute_fraction(PodSpec("s", cpu_milli=0, memory_mib=0, gpu_count=1, gpu_milli=100))
+    quiet = tuple(UsagePoint(t, 0.5, 1000) for t in range(0, 720, 60))
+    history = UsageHistory.of(quiet, LIMITS.activity_for(fraction))
+    pod = PodFacts(uid="u1", allocated_at=0.0, usage=history, compute_fraction=fraction)
+    warn = decide(pod, LIMITS, CLEANUP, 660)
+    assert isinstance(warn, Warn)
+    assert warn.values["threshold_percent"] == pytest.approx(1.0)
+    assert warn.values["pool_threshold_percent"] == 10
+
+
 def test_whole_gpus_and_mig_slices_keep_the_pools_threshold() -> None:
     whole = PodSpec("w", cpu_milli=0, memory_mib=0, gpu_count=2, gpu_milli=1000)
     mig = PodSpec("m", cpu_milli=0, memory_mib=0, mig_profile="1g.10gb")

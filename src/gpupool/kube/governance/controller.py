@@ -283,6 +283,7 @@ class GovernanceController:
             node_not_ready_since=not_ready_since(node),
             usage=self.usage.history(uid),
             last_active=self.usage.last_active(uid),
+            compute_fraction=self.usage.fraction(pod),
             warning=warning,
             deleting=pod.metadata.deletion_timestamp is not None,
         )

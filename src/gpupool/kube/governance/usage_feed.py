@@ -31,7 +31,7 @@ class UsageFeed:
         self._period: dict[str, float] = {}
         self._fractions: dict[str, float] = {}
 
-    def _fraction(self, pod: PodRecord) -> float:
+    def fraction(self, pod: PodRecord) -> float:
         """The compute part of a GPU the pod holds (its GPU request cannot change: cached).
 
         NVML's SM figures are parts of the whole GPU; a pod whose request cannot be read is
@@ -79,7 +79,7 @@ class UsageFeed:
                 point = UsagePoint(
                     usage.sampled_at, usage.sm_percent, usage.memory_mib, usage.memory_busy_percent
                 )
-                activity = settings.limits_for(pool, pod).activity_for(self._fraction(pod))
+                activity = settings.limits_for(pool, pod).activity_for(self.fraction(pod))
                 history = self.history(uid)
                 if history.last is None or history.last.time < usage.sampled_at:
                     fresh.extend(stored_sample(uid, usage))
