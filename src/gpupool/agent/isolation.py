@@ -164,24 +164,25 @@ def edits_for(grant: Grant, config: IsolationConfig) -> ContainerEdits:
     return ContainerEdits(env, nodes, mounts, tuple(files))
 
 
-_MISSING_HINTS = {
-    "mps": "the MPS control daemon is not running on this node (chart: agent.mpsControlDaemon)",
-    "hami": "HAMi-core is not installed at this path (chart: agent.hamiLibrary)",
-}
-
-
 def host_checked_edits(grant: Grant, config: IsolationConfig) -> ContainerEdits:
-    """:func:`edits_for`, refused while a folder or file it mounts is missing on the node.
+    """:func:`edits_for`, refused on an MPS node while the control daemon's folders are missing.
 
     Without this check the hand-off succeeds and the runtime fails every start of the
     container on the mount ("error mounting /run/gpupool/mps/shm"): a crash loop whose reason
     names neither gpupool nor the missing daemon. Refused here, the kubelet shows the pod why.
+    Only the MPS root is checked: the agent sees it at the host's path (the chart mounts it
+    there), while HAMi-core's library is not mounted into the agent's own container.
     """
     edits = edits_for(grant, config)
-    missing = [mount.host_path for mount in edits.mounts if not Path(mount.host_path).exists()]
+    missing = [
+        mount.host_path
+        for mount in edits.mounts
+        if Path(mount.host_path).is_relative_to(config.mps_root)
+        and not Path(mount.host_path).exists()
+    ]
     if missing:
         raise HandoffRefusedError(
-            f"{', '.join(missing)} missing on the node: {_MISSING_HINTS[config.mode]}; "
-            "refusing the hand-off"
+            f"{', '.join(missing)} missing on the node: the MPS control daemon is not running "
+            "on this node (chart: agent.mpsControlDaemon); refusing the hand-off"
         )
     return edits

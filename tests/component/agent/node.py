@@ -140,12 +140,11 @@ class AgentNode:
 
 
 def installed_isolation(root: Path, mode: str) -> IsolationConfig:
-    """``mode``'s host side as a real node has it under ``root``: the MPS daemon's pipe and shm
-    folders, HAMi-core's library (the agent refuses a hand-off while what it mounts is missing)."""
-    config = IsolationConfig(mode=mode, mps_root=root / "mps", hami_library=root / "libvgpu.so")
+    """``mode`` with the MPS daemon's pipe and shm folders under ``root``, as its daemon makes
+    them (the agent refuses an MPS share's hand-off while they are missing)."""
+    config = IsolationConfig(mode=mode, mps_root=root / "mps")
     for folder in ("pipe", "shm"):
         (config.mps_root / folder).mkdir(parents=True, exist_ok=True)
-    config.hami_library.write_bytes(b"")
     return config
 
 

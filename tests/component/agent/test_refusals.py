@@ -156,30 +156,18 @@ async def test_a_replaced_pod_does_not_lend_its_gpus_to_the_old_container() -> N
             await node.kubelet.start_container(old["metadata"]["uid"], "main")  # a restart
 
 
-@pytest.mark.parametrize("isolation", ["mps", "hami"])
-async def test_a_share_is_refused_while_what_its_isolation_mounts_is_missing(
-    isolation: str,
-) -> None:
-    """No MPS daemon (its shm folder absent) or no HAMi-core library: the pod is told why,
-    instead of the runtime failing every start on the mount."""
-    async with agent_node("h100", isolation=isolation) as node:
+async def test_a_share_is_refused_while_the_mps_daemon_is_missing() -> None:
+    """No MPS daemon (its shm folder absent): the pod is told why, instead of the runtime
+    failing every start of its container on the mount."""
+    async with agent_node("h100", isolation="mps") as node:
         await node.kubelet.wait_devices(RESOURCE_GPU, 32)
-        config = node.isolation
-        missing = config.mps_root / "shm" if isolation == "mps" else config.hami_library
-        if missing.is_dir():
-            missing.rmdir()
-        else:
-            missing.unlink()
+        shm = node.isolation.mps_root / "shm"
+        shm.rmdir()
         pod = share_pod("early", [(0, "GPU-node-a-0")], cores=20, memory_mib=4096)
         node.pods.put(pod)
         await node.kubelet.admit(pod)
-        hint = "the MPS control daemon is not" if isolation == "mps" else "HAMi-core is not"
-        with pytest.raises(ContainerStartError, match=f"{missing} missing on the node: {hint}"):
+        with pytest.raises(ContainerStartError, match=f"{shm} missing on the node: the MPS"):
             await node.kubelet.start_container(pod["metadata"]["uid"], "main")
-        # once installed, the same pod starts
-        if isolation == "mps":
-            missing.mkdir()
-        else:
-            missing.write_bytes(b"")
+        shm.mkdir()  # the daemon is up: the same pod starts
         started = await node.kubelet.start_container(pod["metadata"]["uid"], "main")
-        assert started.env["CUDA_VISIBLE_DEVICES"] == "GPU-node-a-0"
+        assert started.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "20"
