@@ -231,6 +231,10 @@ def test_control_plane_leader_election_and_arguments_gpupool_accepts(render: Ren
     (container,) = pod["containers"]
     assert pod["serviceAccountName"] == "gpupool-scheduler"
     assert "--lease-namespace=gpupool-system" in container["args"]
+    # the release owns the Lease and the key pair; a replica outliving helm uninstall must not
+    # make either again outside it (the next install would refuse them)
+    assert find(docs, "Lease", "gpupool-scheduler")["metadata"]["labels"]
+    assert {"--no-create-lease", "--no-create-signing-key"} <= set(container["args"])
     # each replica is its pod in the Lease: with hostNetwork, replicas on one node share the
     # host name and both run as PID 1, so hostname-pid would be one identity for two leaders
     on_host = find(render("hostNetwork=true"), "Deployment", "gpupool-scheduler")

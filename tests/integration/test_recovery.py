@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from gpupool.devcluster.controlplane import LocalControlPlane
-from gpupool.kube.client.api import KubeAPI
+from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.kube.client.informer import DELETED, Informer
 from gpupool.kube.client.leader import LeaderElector, LeaseConfig
 from gpupool.kube.objects.records import PodRecord
@@ -158,3 +160,48 @@ def _equals(terms: list[str], expected: list[str]):  # type: ignore[no-untyped-d
         return terms == expected
 
     return check
+
+
+async def test_an_installer_owned_lease_deleted_under_a_leader_is_not_made_again(
+    api: KubeAPI, namespace: str
+) -> None:
+    """``helm uninstall`` deletes the chart's Lease while its replicas still run: a replica that
+    made it again would leave it outside the release, and the next ``helm install`` refuses an
+    object it does not own. With ``create_missing`` off the replica waits for a new one."""
+    name = f"owned-{namespace}"
+    path = f"/apis/coordination.k8s.io/v1/namespaces/default/leases/{name}"
+    owned = {"app.kubernetes.io/managed-by": "Helm"}
+    lease = {"metadata": {"name": name, "namespace": "default", "labels": owned}, "spec": {}}
+    await api.create("/apis/coordination.k8s.io/v1/namespaces/default/leases", lease)
+    config = LeaseConfig(
+        namespace="default",
+        name=name,
+        lease_duration=3,
+        renew_deadline=2,
+        retry_period=0.3,
+        create_missing=False,
+    )
+    terms: list[str] = []
+
+    async def lead() -> None:
+        terms.append("alpha")
+        await asyncio.Event().wait()
+
+    alpha = asyncio.create_task(LeaderElector(api, "alpha", config).run(lead))
+    await wait_for(_equals(terms, ["alpha"]), 5, "alpha leading on the installer's Lease")
+    held = await api.get(path)
+    assert held["spec"]["holderIdentity"] == "alpha"
+    assert held["metadata"]["labels"] == owned  # filled in, not replaced
+    await api.delete(path)
+    await asyncio.wait_for(alpha, 5)  # cannot renew: leadership ends
+    await asyncio.sleep(1.5)  # several retry periods
+    with pytest.raises(ApiError) as gone:
+        await api.get(path)
+    assert gone.value.status == 404
+    # the next install makes it again: the replica takes it
+    again = asyncio.create_task(LeaderElector(api, "alpha", config).run(lead))
+    await asyncio.sleep(1)
+    await api.create("/apis/coordination.k8s.io/v1/namespaces/default/leases", lease)
+    await wait_for(_equals(terms, ["alpha", "alpha"]), 5, "alpha leading again")
+    again.cancel()
+    await asyncio.gather(again, return_exceptions=True)

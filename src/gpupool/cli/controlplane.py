@@ -72,6 +72,13 @@ CreateSigningKey = Annotated[
         help="Make the allocation key pair when it is missing (off: wait for the installer's)."
     ),
 ]
+CreateLease = Annotated[
+    bool,
+    typer.Option(
+        help="Make the Lease when it is missing (off: wait for the installer's, as the chart's "
+        "replicas do, so none makes it again after helm uninstall)."
+    ),
+]
 GovernanceInterval = Annotated[float, typer.Option(help="Seconds between governance passes.")]
 CrashLoopRestarts = Annotated[
     int, typer.Option(help="Restarts after which a CrashLoopBackOff pod is cleaned up.")
@@ -102,6 +109,7 @@ def control_plane(
     db: StoreUrl = "",
     governance: Governance = True,
     create_signing_key: CreateSigningKey = True,
+    create_lease: CreateLease = True,
     governance_interval: GovernanceInterval = 5.0,
     crash_loop_restarts: CrashLoopRestarts = 5,
     not_running_timeout: NotRunningTimeout = 900.0,
@@ -128,7 +136,9 @@ def control_plane(
         raise fail(f"--policy: {policy!r} is not one of {', '.join(LIVE_POLICIES)}")
     if bind_concurrency < 1:
         raise fail("--bind-concurrency: must be >= 1")
-    lease = _lease(lease_namespace, lease_name, lease_duration, renew_deadline, retry_period)
+    lease = _lease(
+        lease_namespace, lease_name, (lease_duration, renew_deadline, retry_period), create_lease
+    )
     live = LiveConfig(
         identity=identity or default_identity(),
         scheduler_name=scheduler_name,
@@ -172,10 +182,11 @@ def _check_kubeconfig(kubeconfig: Path | None) -> None:
 
 
 def _lease(
-    namespace: str, name: str, duration: float, renew_deadline: float, retry_period: float
+    namespace: str, name: str, timings: tuple[float, float, float], create_missing: bool
 ) -> LeaseConfig:
     from gpupool.kube.client.leader import LeaseConfig
 
+    duration, renew_deadline, retry_period = timings
     try:
         return LeaseConfig(
             namespace=namespace,
@@ -183,6 +194,7 @@ def _lease(
             lease_duration=duration,
             renew_deadline=renew_deadline,
             retry_period=retry_period,
+            create_missing=create_missing,
         )
     except ValueError as error:
         raise fail(f"--lease-duration/--renew-deadline/--retry-period: {error}") from None

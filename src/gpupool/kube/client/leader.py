@@ -11,6 +11,9 @@ Every replica runs its informers (a warm standby); only the holder of the Lease 
 * Writes use the Lease's resourceVersion, so two candidates cannot both win one round (the
   loser gets 409 Conflict).
 * On a clean shutdown the leader releases the Lease so a standby takes over at once.
+* Where an installer owns the Lease (the Helm chart), ``create_missing`` is off: a replica
+  still running after ``helm uninstall`` deleted it must not make it again outside the release,
+  where it would block the next install ("invalid ownership metadata").
 """
 
 from __future__ import annotations
@@ -30,13 +33,18 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class LeaseConfig:
-    """Timings in seconds (client-go's defaults: 15 / 10 / 2)."""
+    """How a replica campaigns.
+
+    Timings are in seconds (client-go's defaults: 15 / 10 / 2); ``create_missing``: make the
+    Lease when it does not exist (off: wait for the installer's).
+    """
 
     namespace: str = "kube-system"
     name: str = "gpupool-scheduler"
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    create_missing: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
@@ -62,6 +70,7 @@ class LeaderElector:
         )
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0
+        self._told_missing = False
 
     async def run(self, lead: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Campaign until elected, run ``lead()`` while leading, return when leadership ends.
@@ -125,7 +134,19 @@ class LeaderElector:
         except ApiError as error:
             if error.status != 404:
                 raise
-            return await self._write(self._fresh_lease(now, duration), create=True)
+            if self.config.create_missing:
+                return await self._write(self._fresh_lease(now, duration), create=True)
+            if not self._told_missing:
+                log.warning(
+                    "%s: Lease %s/%s does not exist; its installer makes it (--no-create-lease): "
+                    "waiting for it",
+                    self.identity,
+                    self.config.namespace,
+                    self.config.name,
+                )
+                self._told_missing = True
+            return False
+        self._told_missing = False
         spec: JsonObject = lease.setdefault("spec", {})
         holder = spec.get("holderIdentity") or ""
         record = (holder, str(spec.get("renewTime")))
