@@ -165,8 +165,10 @@ def real_node(
         for name in list(node.processes):
             node.stop(name)
         subprocess.run(["umount", "-R", str(root / "kubelet")], check=False, capture_output=True)
-        for leftover in ("kubelet.sock", "kubelet_internal_checkpoint", "gpupool-gpu.sock"):
+        for leftover in ("kubelet.sock", "kubelet_internal_checkpoint"):
             (PLUGIN_DIR / leftover).unlink(missing_ok=True)
+        for socket in PLUGIN_DIR.glob("gpupool-*.sock"):
+            socket.unlink()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -319,8 +321,12 @@ async def test_shares_under_a_real_kubelet(
     assert node.specs() == specs
     assert await _running(api, namespace, names)
 
-    # agent restart: the same
+    # agent restart: the same. SIGTERM stops the agent at once, exit 0, its plugin socket gone
+    # (the kubelet sees the stream end before the next agent registers)
+    agent = node.processes["agent"]
     node.stop("agent")
+    assert agent.returncode == 0
+    assert not list(PLUGIN_DIR.glob("gpupool-*.sock"))
     node.start_agent()
     await asyncio.sleep(5)
     # a new Python process on a crowded machine can take longer than 5 s to register

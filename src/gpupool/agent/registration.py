@@ -6,6 +6,13 @@ and the node's GPUs silently drop to zero allocatable. :class:`PluginHost` there
 the identity (inode, change time) of ``kubelet.sock`` and the presence of its own sockets, and
 on any change restarts its servers and registers again; the same loop re-registers when the set
 of resources changes (MIG re-partitioned).
+
+Each server gets a socket file of its own name (``gpupool-gpu-<random>.sock``), never the name
+of an earlier one. Kubelet 1.37 refuses a registration whose socket path is that of a plugin
+it still holds a stream to ("device plugin already connected"), and in refusing forgets the
+old plugin's client: that stream's end is then never noticed, the old devices stay allocatable
+and every later registration at the path is refused, for good (seen on the real node: an agent
+pod started while its predecessor was still terminating left the node stuck at the old count).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 from pathlib import Path
 
 import grpc
@@ -29,8 +37,11 @@ API_VERSION = "v1beta1"
 
 
 def socket_name(resource: str) -> str:
-    """The plugin's socket file for a resource: ``gpupool.io/gpu`` -> ``gpupool-gpu.sock``."""
-    return f"gpupool-{resource.split('/', 1)[-1]}.sock"
+    """A fresh socket file name for a resource's server, never one an earlier server used.
+
+    ``gpupool.io/gpu`` -> ``gpupool-gpu-<8 hex digits>.sock``.
+    """
+    return f"gpupool-{resource.split('/', 1)[-1]}-{secrets.token_hex(4)}.sock"
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -70,12 +81,13 @@ class PluginHost:
         self._board = board
         self._handoff = handoff
         self._servers: dict[str, grpc.aio.Server] = {}
+        self._sockets: dict[str, str] = {}  # resource -> its server's socket file name
         self._registered_with: tuple[int, int] | None = None
         self.registrations = 0
 
     async def _serve(self, resource: str) -> None:
-        path = self.plugin_dir / socket_name(resource)
-        path.unlink(missing_ok=True)
+        name = socket_name(resource)
+        path = self.plugin_dir / name
         server = grpc.aio.server()
         api_pb2_grpc.add_DevicePluginServicer_to_server(  # type: ignore[no-untyped-call]
             DevicePluginService(resource, self._board, self._handoff), server
@@ -83,6 +95,7 @@ class PluginHost:
         server.add_insecure_port(f"unix://{path}")
         await server.start()
         self._servers[resource] = server
+        self._sockets[resource] = name
 
     async def stop(self) -> None:
         """Stop every server (ListAndWatch streams end) and remove the sockets.
@@ -95,7 +108,7 @@ class PluginHost:
             resource, server = next(iter(self._servers.items()))
             await server.stop(grace=None)
             del self._servers[resource]
-            (self.plugin_dir / socket_name(resource)).unlink(missing_ok=True)
+            (self.plugin_dir / self._sockets.pop(resource)).unlink(missing_ok=True)
 
     def _current(self) -> bool:
         kubelet = _identity(self.plugin_dir / KUBELET_SOCKET)
@@ -103,7 +116,7 @@ class PluginHost:
             kubelet is not None
             and kubelet == self._registered_with
             and set(self._servers) == set(self._board.resources())
-            and all((self.plugin_dir / socket_name(r)).exists() for r in self._servers)
+            and all((self.plugin_dir / name).exists() for name in self._sockets.values())
         )
 
     async def ensure_registered(self) -> bool:
@@ -122,7 +135,7 @@ class PluginHost:
             await self._serve(resource)
         try:
             for resource in self._servers:
-                await register(self.plugin_dir / KUBELET_SOCKET, socket_name(resource), resource)
+                await register(self.plugin_dir / KUBELET_SOCKET, self._sockets[resource], resource)
         except grpc.aio.AioRpcError as error:
             log.warning("registration with the kubelet failed: %s", error.details())
             await self.stop()

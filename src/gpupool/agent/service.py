@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -317,7 +318,12 @@ async def serve(
     pod_resources_socket: str,
     metrics_port: int,
 ) -> None:
-    """Run the agent until cancelled (``gpupool agent``).
+    """Run the agent until cancelled or sent SIGTERM/SIGINT (``gpupool agent``).
+
+    SIGTERM stops it at once, its plugin servers stopped and sockets removed, so the kubelet
+    sees the streams end before a successor registers. In a container the agent is PID 1,
+    which the kernel spares every signal it has no handler for: without one the pod ignored
+    SIGTERM for its whole grace period, still registered while the next agent started.
 
     Raises:
         ValueError: Unknown fake preset.
@@ -343,8 +349,24 @@ async def serve(
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port, registry=agent.metrics.registry)
+    running = asyncio.ensure_future(agent.run())
+    stopped: list[int] = []
+
+    def stop(signum: int) -> None:
+        stopped.append(signum)
+        running.cancel()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop, signum)
     try:
-        await agent.run()
+        await running
+    except asyncio.CancelledError:
+        if not stopped:
+            raise
+        log.info("stopped by %s", signal.Signals(stopped[0]).name)
     finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
         await api.close()
         nvml.close()

@@ -8,6 +8,10 @@ restart cases can repeat many times. Call for call, it:
 * it serves ``v1beta1.Registration`` on ``<dir>/kubelet.sock``; on ``Register`` it dials the
   plugin's socket, reads its options and keeps a ``ListAndWatch`` stream open, taking each
   message as the full device list;
+* it refuses a registration at the socket path of a plugin whose stream is still open
+  ("device plugin already connected"), and, as kubelet 1.37 does, forgets that plugin's
+  client in refusing: the old stream's end is then never noticed, its devices stay and every
+  later registration at that path is refused;
 * on start it deletes every socket in the folder (plugins must notice and re-register) and
   restores device assignments from its checkpoint file, so running pods keep their devices;
   PodResources lists a pod again only once the kubelet has read it from the API server
@@ -50,6 +54,10 @@ class ContainerStartError(RuntimeError):
     """The container could not be started (PreStartContainer or CreateContainer failed)."""
 
 
+class AlreadyConnectedError(Exception):
+    """A registration at the socket path of a plugin the kubelet still holds."""
+
+
 @dataclass
 class Plugin:
     """A registered plugin as the kubelet holds it."""
@@ -58,8 +66,10 @@ class Plugin:
     channel: grpc.aio.Channel
     stub: dp_grpc.DevicePluginStub
     options: dp.DevicePluginOptions
+    endpoint: str = ""
     devices: dict[str, str] = field(default_factory=dict)
     updates: int = 0
+    orphaned: bool = False
     stream: asyncio.Task[None] | None = None
 
 
@@ -159,9 +169,17 @@ class TestKubelet:
         stub = dp_grpc.DevicePluginStub(channel)
         options = await stub.GetDevicePluginOptions(dp.Empty(), timeout=10)
         old = self.plugins.get(request.resource_name)
+        held = old is not None and (
+            old.orphaned or (old.stream is not None and not old.stream.done())
+        )
+        if old is not None and held and old.endpoint == request.endpoint:
+            old.orphaned = True
+            await channel.close()
+            path = self.plugin_dir / request.endpoint
+            raise AlreadyConnectedError(f"device plugin already connected: {path}")
         if old is not None and old.stream is not None:
             old.stream.cancel()
-        plugin = Plugin(request.resource_name, channel, stub, options)
+        plugin = Plugin(request.resource_name, channel, stub, options, request.endpoint)
         plugin.stream = asyncio.create_task(self._watch(plugin))
         self.plugins[request.resource_name] = plugin
 
@@ -172,7 +190,8 @@ class TestKubelet:
                 plugin.updates += 1
                 self.registered.set()
         except grpc.aio.AioRpcError:
-            plugin.devices = {}  # the plugin went away: its devices are no longer allocatable
+            if not plugin.orphaned:  # the plugin went away: its devices are no longer allocatable
+                plugin.devices = {}
 
     async def wait_devices(self, resource: str, count: int, timeout: float = 20.0) -> None:
         """Wait until ``count`` devices of ``resource`` are known."""
@@ -324,7 +343,10 @@ class _Registration(dp_grpc.RegistrationServicer):
     async def Register(self, request: dp.RegisterRequest, context: Any) -> dp.Empty:
         if request.version != "v1beta1":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unsupported version")
-        await self.kubelet._connect(request)
+        try:
+            await self.kubelet._connect(request)
+        except AlreadyConnectedError as error:
+            await context.abort(grpc.StatusCode.UNKNOWN, str(error))
         return dp.Empty()
 
 

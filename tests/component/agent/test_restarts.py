@@ -94,3 +94,28 @@ async def test_an_ended_pod_does_not_block_its_successor_before_collection() -> 
         second = share_pod("second", [(3, "GPU-node-a-3")], cores=60, memory_mib=40000)
         started = await node.run(second)
         assert started.env["CUDA_VISIBLE_DEVICES"] == "GPU-node-a-3"
+
+
+async def test_an_agent_started_while_its_predecessor_still_serves_takes_over() -> None:
+    """A new agent pod may start while the old one still terminates (a DaemonSet replaced by
+    the next install, a rolling update with surge): it must register, not be refused as the
+    old plugin's socket path, and its GPUs must be the ones the kubelet hands out."""
+    async with agent_node("h100") as node:
+        await node.kubelet.wait_devices(RESOURCE_GPU, 32)
+        old = node.kubelet.plugins[RESOURCE_GPU]
+        predecessor = node.watcher
+        assert predecessor is not None
+        await node.start_agent()  # the successor, with the predecessor still serving
+
+        async def taken_over() -> bool:
+            while node.kubelet.plugins[RESOURCE_GPU] is old:
+                await asyncio.sleep(0.02)
+            return True
+
+        await asyncio.wait_for(taken_over(), 10)
+        assert not old.orphaned
+        predecessor.cancel()  # the old pod's agent ends at last
+        await asyncio.gather(predecessor, return_exceptions=True)
+        await node.kubelet.wait_devices(RESOURCE_GPU, 32)
+        started = await node.run(share_pod("next", [(3, "GPU-node-a-3")], 10, 1024))
+        assert started.env["CUDA_VISIBLE_DEVICES"] == "GPU-node-a-3"
