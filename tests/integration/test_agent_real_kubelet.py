@@ -102,6 +102,8 @@ class RealNode:
         )
 
     def start_agent(self) -> None:
+        for folder in ("pipe", "shm"):  # what the MPS daemon makes when it starts (it needs a GPU)
+            (self.root / "mps" / folder).mkdir(parents=True, exist_ok=True)
         self._spawn(
             "agent",
             [
