@@ -164,7 +164,7 @@ class RealNode(StartsAndStops):
             "--create-namespace \\\n"
             f"    --set hostNetwork=true,apiServer.host=127.0.0.1,"
             f"apiServer.port={self.plane.api_port},image.pullPolicy=Never \\\n"
-            "    --set agent.fakeGpus=h100,agent.mpsControlDaemon=false,"
+            "    --set agent.fakeGpus=h100,agent.mpsControlDaemon=false,agent.isolation=visible,"
             "controlPlane.replicas=1,webhook.replicas=1\n"
         )
 
