@@ -8,6 +8,7 @@ The agent runs in-process with exactly the rights of deploy/agent-rbac.yaml, aga
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.kube.install.crds import apply_object, install_crds
 from gpupool.kube.install.device_classes import device_class_manifests
 from gpupool.kube.objects.dra import CLASSES_PATH, SLICES_PATH, ResourceSlice, slice_name
+
+from .live_helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -193,6 +196,23 @@ async def test_device_classes_install_and_select_only_gpupools_devices(
         await reader.close()
 
 
+async def _until_allocation_refused(tenant: KubeAPI, claims: str) -> None:
+    """Wait until the API server enforces the claim policy just installed (its policy informer
+    syncs within seconds, later on a loaded machine), each try on a fresh claim."""
+    probes = itertools.count()
+
+    async def enforced() -> bool:
+        name = f"probe-{next(probes)}"
+        await tenant.create(claims, _claim(name))
+        try:
+            await tenant.patch(f"{claims}/{name}/status", {"status": {"allocation": ALLOCATION}})
+        except ApiError as error:
+            return error.status == 403
+        return False
+
+    await wait_for(enforced, 30, "the claim allocation policy to be enforced")
+
+
 def _claim(name: str) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -271,6 +291,7 @@ async def test_only_the_scheduler_allocates_gpupools_devices_to_claims(
     }
     claims = f"{RESOURCE}/namespaces/{namespace}/resourceclaims"
     try:
+        await _until_allocation_refused(clients[tenant], claims)
         await clients[tenant].create(claims, _claim("mine"))
         status = {"status": {"allocation": ALLOCATION}}
         with pytest.raises(ApiError) as refused:  # a tenant (or kube-scheduler) allocating
