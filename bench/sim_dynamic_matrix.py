@@ -120,6 +120,11 @@ def main() -> None:
         default=None,
         help="Only blocked pods asking for more milli-units hold a reservation (default: all).",
     )
+    parser.add_argument(
+        "--remaining-by-age",
+        action="store_true",
+        help="Reservations expect running pods to end after their remaining runtime by age.",
+    )
     args = parser.parse_args()
     unknown = set(args.variants.split(",")) - set(VARIANTS)
     if unknown:
@@ -131,6 +136,8 @@ def main() -> None:
         override["follow"] = True
     if args.reserve_above_units is not None:
         override["reserve_above_units"] = args.reserve_above_units
+    if args.remaining_by_age:
+        override["remaining_by_age"] = True
     variants = {
         name: {**override, **VARIANTS[name]}
         for name in VARIANTS

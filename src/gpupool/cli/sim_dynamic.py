@@ -32,6 +32,13 @@ ReserveAboveUnits = Annotated[
         "(default: every blocked pod may)."
     ),
 ]
+RemainingByAge = Annotated[
+    bool,
+    typer.Option(
+        help="Reservations expect a running pod to end after its remaining runtime given how "
+        "long it has run (default: at start plus its mean runtime, or now once past it)."
+    ),
+]
 TeamNodeSelector = Annotated[
     list[str] | None,
     typer.Option(
@@ -54,6 +61,7 @@ def sim_dynamic(
     reservations: Reservations = DEFAULT_RESERVATIONS,
     follow_reservations: FollowReservations = False,
     reserve_above_units: ReserveAboveUnits = None,
+    remaining_by_age: RemainingByAge = False,
     no_preemption: Annotated[
         bool, typer.Option("--no-preemption", help="No preemption or reclaim.")
     ] = False,
@@ -105,6 +113,7 @@ def sim_dynamic(
             reservations=reservations,
             follow=follow_reservations,
             reserve_above_units=reserve_above_units,
+            remaining_by_age=remaining_by_age,
             preemption=not no_preemption,
             warmup_hours=warmup,
             scale=scale,

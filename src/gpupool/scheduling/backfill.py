@@ -3,9 +3,10 @@
 When a pod of a pool (in serving order) cannot start and fewer than ``k`` pods of the pool hold
 one, it gets a **reservation**: the earliest time and node at which it would fit if running
 pods ended when expected (declared or learned runtimes, :mod:`.runtime`; a pod past its expected
-end is assumed to end now). A later pod may then start only where it cannot delay any of the
-pool's reservations: on a node none of them holds, or on a reserved node if it is expected to
-end before that reserved start. ``k = 1`` is EASY backfill. Without backfill, nothing behind a
+end is assumed to end now, or, with the engine's ``remaining_by_age``, to run for what pods of
+its kind that lived as long ran on). A later pod may then start only where it cannot delay any
+of the pool's reservations: on a node none of them holds, or on a reserved node if it is
+expected to end before that reserved start. ``k = 1`` is EASY backfill. Without backfill, nothing behind a
 blocked pod of the pool starts (strict order); with unrestricted skipping, large pods could
 wait forever behind a stream of small ones. With one reservation, only the first blocked pod
 keeps its place: the large pods queued behind it are overtaken by a stream of smaller ones
@@ -136,6 +137,8 @@ class Reservations:
             the previous reservations).
         pending: The cycle's pending pods by name, with their queues.
         per_pool: Reservations a pool holds at most (1: EASY backfill).
+        expected_ends: (expected end, pod name) of the running pods, asked once, when the
+            first reservation is looked for.
         follow: Whether a reservation whose start has passed is found again for its pod.
     """
 
@@ -144,11 +147,13 @@ class Reservations:
         request: CycleRequest,
         pending: Mapping[str, Blocked],
         per_pool: int,
+        expected_ends: Callable[[], list[tuple[float, str]]],
         follow: bool = False,
     ) -> None:
         self.request = request
         self.pending = pending
         self.per_pool = per_pool
+        self._expected_ends = expected_ends
         self.follow = follow
         self._made: dict[int, list[Reservation]] = {}
         self._renew: dict[int, list[Reservation]] = {}
@@ -203,7 +208,7 @@ class Reservations:
         """A reservation for ``head``: on ``node`` if given and it fits there, else anywhere."""
         request = self.request
         if self._ends is None:
-            self._ends = [(r.expected_end, name) for name, r in request.running.items()]
+            self._ends = self._expected_ends()
         mask = mask_of(request.snapshot.size, checks_of(head))
         mask[[r.node for r in made]] = False
         if node is not None and mask[node]:

@@ -90,6 +90,7 @@ class Cycle:
             request,
             {workload.name: Blocked(workload, queue) for workload, queue in self.items},
             options.reservations_per_pool,
+            self._expected_ends,
             follow=options.reservations_follow_pods,
         )
         self.bound: list[str] = []
@@ -121,6 +122,24 @@ class Cycle:
             nominations=self.nominations,
             reservations=self.reservations.kept(),
         )
+
+    def _expected_ends(self) -> list[tuple[float, str]]:
+        """(expected end, pod name) of every running pod, as reservations should see them."""
+        running = self.request.running
+        if not self.engine.options.remaining_by_age:
+            return [(record.expected_end, name) for name, record in running.items()]
+        now = self.request.now
+        queues = self.tables.queues
+        return [
+            (
+                now
+                + self.runtimes.remaining(
+                    record.workload, queues[record.queue].name, now - record.started_at
+                ),
+                name,
+            )
+            for name, record in running.items()
+        ]
 
     def _every_pool_closed(self) -> bool:
         return len(self.blocked) == self.engine.populated_pools and all(

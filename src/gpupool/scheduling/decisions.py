@@ -43,6 +43,9 @@ class EngineOptions:
             is found again for that pod rather than given to the pool's current head.
         reserve_above_units: Only blocked pods that ask for more than this many milli-units in
             the pool hold a reservation (``None``: every blocked pod may).
+        remaining_by_age: A reservation expects each running pod to end after its remaining
+            runtime given how long it has run (:meth:`~.runtime.RuntimeEstimator.remaining`),
+            not at start plus its mean, clipped at now.
     """
 
     backfill: bool = True
@@ -52,6 +55,7 @@ class EngineOptions:
     reservations_per_pool: int = DEFAULT_RESERVATIONS
     reservations_follow_pods: bool = False
     reserve_above_units: int | None = None
+    remaining_by_age: bool = False
 
     def __post_init__(self) -> None:
         if self.reservations_per_pool < 1:

@@ -65,6 +65,8 @@ class DynamicSettings:
         follow: A reservation whose start passed stays with its waiting pod.
         reserve_above_units: Only blocked pods asking for more milli-units hold a reservation
             (None: every blocked pod may).
+        remaining_by_age: Reservations expect running pods to end after their remaining
+            runtime given their age (engine option ``remaining_by_age``).
         preemption: Preemption and reclaim on.
         warmup_hours: Hours left out of the metrics.
         scale: Fraction of the node list simulated (every ``1/scale``-th node).
@@ -80,6 +82,7 @@ class DynamicSettings:
     reservations: int = DEFAULT_RESERVATIONS
     follow: bool = False
     reserve_above_units: int | None = None
+    remaining_by_age: bool = False
     preemption: bool = True
     warmup_hours: float = 3.0
     scale: float = 0.25
@@ -141,6 +144,7 @@ class _DynamicRun(SimulatedCluster):
             reservations_per_pool=settings.reservations,
             reservations_follow_pods=settings.follow,
             reserve_above_units=settings.reserve_above_units,
+            remaining_by_age=settings.remaining_by_age,
         )
         super().__init__(cluster, config, scheduler, options)
         self.settings = settings
@@ -226,6 +230,7 @@ class _DynamicRun(SimulatedCluster):
             "reservations": settings.reservations,
             "follow": settings.follow,
             "reserve_above_units": settings.reserve_above_units,
+            "remaining_by_age": settings.remaining_by_age,
             "preemption": settings.preemption,
             "policy": settings.policy,
             "nodes": self.snapshot.size,
