@@ -6,8 +6,8 @@ pods ended when expected (declared or learned runtimes, :mod:`.runtime`; a pod p
 end is assumed to end now, or, with the engine's ``remaining_by_age``, to run for what pods of
 its kind that lived as long ran on). A later pod may then start only where it cannot delay any
 of the pool's reservations: on a node none of them holds, or on a reserved node if it is
-expected to end before that reserved start. ``k = 1`` is EASY backfill. Without backfill, nothing behind a
-blocked pod of the pool starts (strict order); with unrestricted skipping, large pods could
+expected to end before that reserved start. ``k = 1`` is EASY backfill. Without backfill,
+nothing behind a blocked pod of the pool starts (strict order); with unrestricted skipping, large pods could
 wait forever behind a stream of small ones. With one reservation, only the first blocked pod
 keeps its place: the large pods queued behind it are overtaken by a stream of smaller ones
 whenever the head's node is not theirs (measured: docs/benchmarks.md, the dynamic simulation),
