@@ -1,24 +1,23 @@
 """Backfill behind reservations: the first ``k`` blocked pods of a pool are protected.
 
 When a pod of a pool (in serving order) cannot start and fewer than ``k`` pods of the pool hold
-one, it gets a **reservation**: the earliest time and node at which it would fit if running
-pods ended when expected (declared or learned runtimes, :mod:`.runtime`; a pod past its expected
-end is assumed to end now, or, with the engine's ``remaining_by_age``, to run for what pods of
-its kind that lived as long ran on). A later pod may then start only where it cannot delay any
-of the pool's reservations: on a node none of them holds, or on a reserved node if it is
-expected to end before that reserved start. ``k = 1`` is EASY backfill. Without backfill,
-nothing behind a blocked pod of the pool starts (strict order); with unrestricted skipping, large pods could
-wait forever behind a stream of small ones. With one reservation, only the first blocked pod
-keeps its place: the large pods queued behind it are overtaken by a stream of smaller ones
-whenever the head's node is not theirs (measured: docs/benchmarks.md, the dynamic simulation),
-which is what larger ``k``, reservations that follow their pods and reservations kept to pods
-above a size (``reserve_above_units``) are measured against; none has won yet, so the default
-stays EASY (docs/benchmarks.md section 7, "round two"). Each reservation is found on the
-cluster as it is, not after the earlier reservations start: a later one is looked for away
-from the nodes the pool's earlier ones hold (else the pods queued behind the head, often of
-the head's shape, would all reserve the head's node and protect nothing more). That is coarser
-than conservative backfill's profile of every future start, and costs one sweep per
-reservation.
+one, it gets a **reservation**: the earliest time and node at which it would fit if running pods
+ended when expected (declared or learned runtimes, :mod:`.runtime`; a pod past its expected end is
+assumed to end now, or, with the engine's ``remaining_by_age``, to run for what pods of its kind
+that lived as long ran on). A later pod may then start only where it cannot delay any of the pool's
+reservations: on a node none of them holds, or on a reserved node if it is expected to end before
+that reserved start. ``k = 1`` is EASY backfill. Without backfill, nothing behind a blocked pod of
+the pool starts (strict order); with unrestricted skipping, large pods could wait forever behind a
+stream of small ones. With one reservation, only the first blocked pod keeps its place: the large
+pods queued behind it are overtaken by a stream of smaller ones whenever the head's node is not
+theirs (measured: docs/benchmarks.md, the dynamic simulation), which is what larger ``k``,
+reservations that follow their pods and reservations kept to pods above a size
+(``reserve_above_units``) are measured against; none has won yet, so the default stays EASY
+(docs/benchmarks.md section 7, "round two"). Each reservation is found on the cluster as it is, not
+after the earlier reservations start: a later one is looked for away from the nodes the pool's
+earlier ones hold (else the pods queued behind the head, often of the head's shape, would all
+reserve the head's node and protect nothing more). That is coarser than conservative backfill's
+profile of every future start, and costs one sweep per reservation.
 
 The sweep releases running pods on the snapshot in order of expected end and restores them, so
 the snapshot is left as it was (only generation counters move).
