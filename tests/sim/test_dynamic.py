@@ -102,6 +102,10 @@ def test_a_short_dynamic_run_reports_every_metric_and_keeps_ceilings(
     assert report["gpu_hours_lost_to_preemption"] >= 0.0
     assert report["quota_overrun_max"] == 0.0
     assert report["started"] > 1000
+    never = report["never_started_by_size"]  # overloaded: some of the window's pods wait on
+    assert 0 < sum(never.values()) <= report["pending_at_end"]
+    for size, count in never.items():
+        assert 0 < count <= report["queue_delay_s_by_size"][size]["count"]
     json.dumps(report, allow_nan=False)
 
 
