@@ -125,6 +125,12 @@ def main() -> None:
         action="store_true",
         help="Reservations expect running pods to end after their remaining runtime by age.",
     )
+    parser.add_argument(
+        "--backfill-quantile",
+        type=float,
+        default=None,
+        help="Quantile of a pod's runtime that must end before a reserved start (default: mean).",
+    )
     args = parser.parse_args()
     unknown = set(args.variants.split(",")) - set(VARIANTS)
     if unknown:
@@ -138,6 +144,8 @@ def main() -> None:
         override["reserve_above_units"] = args.reserve_above_units
     if args.remaining_by_age:
         override["remaining_by_age"] = True
+    if args.backfill_quantile is not None:
+        override["backfill_quantile"] = args.backfill_quantile
     variants = {
         name: {**override, **VARIANTS[name]}
         for name in VARIANTS

@@ -131,6 +131,7 @@ def gpupool(*args: str) -> subprocess.CompletedProcess[str]:
         (["--warmup", "9"], "error: --warmup: out of range (9.0)"),
         (["--reservations", "0"], "error: --reservations: out of range (0)"),
         (["--reserve-above-units", "-1"], "error: --reserve-above-units: out of range (-1)"),
+        (["--backfill-quantile", "1"], "error: --backfill-quantile: out of range (1.0)"),
         (["--policy", "nope"], "error: --policy: unknown policy 'nope'"),
         (["--config", "/nonexistent.yaml"], "error: --config: no such file /nonexistent.yaml"),
     ],

@@ -39,6 +39,13 @@ RemainingByAge = Annotated[
         "long it has run (default: at start plus its mean runtime, or now once past it)."
     ),
 ]
+BackfillQuantile = Annotated[
+    float | None,
+    typer.Option(
+        help="A pod starts on a reserved node only if this quantile of its learned runtime "
+        "ends before the reserved start (default: its mean)."
+    ),
+]
 TeamNodeSelector = Annotated[
     list[str] | None,
     typer.Option(
@@ -62,6 +69,7 @@ def sim_dynamic(
     follow_reservations: FollowReservations = False,
     reserve_above_units: ReserveAboveUnits = None,
     remaining_by_age: RemainingByAge = False,
+    backfill_quantile: BackfillQuantile = None,
     no_preemption: Annotated[
         bool, typer.Option("--no-preemption", help="No preemption or reclaim.")
     ] = False,
@@ -114,6 +122,7 @@ def sim_dynamic(
             follow=follow_reservations,
             reserve_above_units=reserve_above_units,
             remaining_by_age=remaining_by_age,
+            backfill_quantile=backfill_quantile,
             preemption=not no_preemption,
             warmup_hours=warmup,
             scale=scale,
@@ -136,6 +145,7 @@ _OPTIONS = {
     "rho": "--load",
     "reservations": "--reservations",
     "reserve_above_units": "--reserve-above-units",
+    "backfill_quantile": "--backfill-quantile",
     "warmup_hours": "--warmup",
     "idle_share": "--idle-share",
     "overrun_share": "--overrun-share",

@@ -355,7 +355,13 @@ class Cycle:
         reservations = [r for r in held if r.pod != workload.name]
         if not reservations:
             return decision
-        runtime = self.runtimes.estimate(workload, self.tables.queues[queue].name)
+        name = self.tables.queues[queue].name
+        quantile = self.engine.options.backfill_quantile
+        runtime = (
+            self.runtimes.estimate(workload, name)
+            if quantile is None
+            else self.runtimes.quantile(workload, name, quantile)
+        )
         delayed = delayed_nodes(reservations, self.request.now, runtime)
         if decision.node not in delayed:
             return decision

@@ -46,6 +46,9 @@ class EngineOptions:
         remaining_by_age: A reservation expects each running pod to end after its remaining
             runtime given how long it has run (:meth:`~.runtime.RuntimeEstimator.remaining`),
             not at start plus its mean, clipped at now.
+        backfill_quantile: A pod may start on a reserved node only if this quantile of its
+            runtime (:meth:`~.runtime.RuntimeEstimator.quantile`) ends before the reserved
+            start (``None``: its mean).
     """
 
     backfill: bool = True
@@ -56,11 +59,16 @@ class EngineOptions:
     reservations_follow_pods: bool = False
     reserve_above_units: int | None = None
     remaining_by_age: bool = False
+    backfill_quantile: float | None = None
 
     def __post_init__(self) -> None:
         if self.reservations_per_pool < 1:
             raise ValueError(
                 f"reservations_per_pool: must be at least 1 ({self.reservations_per_pool})"
+            )
+        if self.backfill_quantile is not None and not 0 < self.backfill_quantile < 1:
+            raise ValueError(
+                f"backfill_quantile: must lie between 0 and 1 ({self.backfill_quantile})"
             )
         if self.reserve_above_units is not None and self.reserve_above_units < 0:
             raise ValueError(

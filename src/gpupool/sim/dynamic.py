@@ -67,6 +67,8 @@ class DynamicSettings:
             (None: every blocked pod may).
         remaining_by_age: Reservations expect running pods to end after their remaining
             runtime given their age (engine option ``remaining_by_age``).
+        backfill_quantile: Quantile of a pod's runtime that must end before a reserved start
+            for it to start on the reserved node (None: its mean).
         preemption: Preemption and reclaim on.
         warmup_hours: Hours left out of the metrics.
         scale: Fraction of the node list simulated (every ``1/scale``-th node).
@@ -83,6 +85,7 @@ class DynamicSettings:
     follow: bool = False
     reserve_above_units: int | None = None
     remaining_by_age: bool = False
+    backfill_quantile: float | None = None
     preemption: bool = True
     warmup_hours: float = 3.0
     scale: float = 0.25
@@ -97,6 +100,10 @@ class DynamicSettings:
             (
                 "reserve_above_units",
                 self.reserve_above_units is None or self.reserve_above_units >= 0,
+            ),
+            (
+                "backfill_quantile",
+                self.backfill_quantile is None or 0 < self.backfill_quantile < 1,
             ),
             ("hours", self.hours > 0),
             ("warmup_hours", 0 <= self.warmup_hours < self.hours),
@@ -145,6 +152,7 @@ class _DynamicRun(SimulatedCluster):
             reservations_follow_pods=settings.follow,
             reserve_above_units=settings.reserve_above_units,
             remaining_by_age=settings.remaining_by_age,
+            backfill_quantile=settings.backfill_quantile,
         )
         super().__init__(cluster, config, scheduler, options)
         self.settings = settings
@@ -231,6 +239,7 @@ class _DynamicRun(SimulatedCluster):
             "follow": settings.follow,
             "reserve_above_units": settings.reserve_above_units,
             "remaining_by_age": settings.remaining_by_age,
+            "backfill_quantile": settings.backfill_quantile,
             "preemption": settings.preemption,
             "policy": settings.policy,
             "nodes": self.snapshot.size,

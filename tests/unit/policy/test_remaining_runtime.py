@@ -108,3 +108,41 @@ def test_the_reservation_waits_for_the_node_that_drains_first(
     assert isinstance(long, Admit)
     assert long.bind.node_name == backfilled_on  # kept off the reserved node
     assert result.reservations == {0: (reserved,)}
+
+
+def test_a_quantile_of_a_heavy_tail_lies_far_above_its_mean() -> None:
+    estimator = RuntimeEstimator()
+    pod = work(whole("p", 3), "q")
+    assert estimator.quantile(pod, "q", 0.9) == DEFAULT_RUNTIME  # nothing learned: the mean
+    heavy_tailed(estimator, pod)
+    assert estimator.quantile(pod, "q", 0.5) == 100.0
+    assert estimator.quantile(pod, "q", 0.9) == 10_000.0
+    assert estimator.quantile(work(whole("d", 3), "q", runtime=700.0), "q", 0.9) == 700.0
+
+
+@pytest.mark.parametrize(("quantile", "starts"), [(None, True), (0.9, False)])
+def test_a_pod_whose_tail_would_overrun_the_reserved_start_keeps_off_the_node(
+    quantile: float | None, starts: bool
+) -> None:
+    """Its mean (1,090 s) ends before the big pod's start at t=5,000, its p90 (10,000 s) not."""
+    cluster = Cluster(
+        [node("n0", gpus=4)],
+        PolicyConfig((PoolSpec("p", PoolMode.EXCLUSIVE),), (queue("q", "p"),)),
+        EngineOptions(backfill_quantile=quantile),
+    )
+    heavy_tailed(cluster.engine.default_runtimes, work(whole("one"), "q"))
+    running = work(whole("a", 3), "q")
+    cluster.snapshot.bind(running.pod, 0, (0, 1, 2))
+    cluster.running["a"] = record = Running(running, 0, 0, 3000, 0, 0.0, 5000.0)
+    cluster.ledger.add(record)
+    pending = [work(whole("big", 4), "q"), work(whole("one"), "q", created_at=1)]
+    _, one = cluster.cycle(pending, 10.0).decisions
+    assert isinstance(one, Admit) is starts
+    if not starts:
+        assert isinstance(one, Wait)
+        assert one.reason == "backfill: would delay big, reserved on node n0 from t=5000s"
+
+
+def test_a_backfill_quantile_outside_zero_and_one_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"backfill_quantile: must lie between 0 and 1 \(1.0\)"):
+        EngineOptions(backfill_quantile=1.0)
