@@ -34,9 +34,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no_preemption": {"backfill": True, "preemption": False},
     "easy": {"backfill": True, "preemption": True, "reservations": 1},
     "follow": {"backfill": True, "preemption": True, "follow": True},
+    "protect_large": {
+        "backfill": True,
+        "preemption": True,
+        "reservations": 16,
+        "follow": True,
+        "reserve_above_units": 1000,
+        "remaining_by_age": True,
+        "backfill_quantile": 0.9,
+    },
 }
 """``easy``: one reservation per pool (EASY backfill), the baseline the default is chosen over;
-``follow``: a reservation whose start passed stays with its waiting pod."""
+``follow``: a reservation whose start passed stays with its waiting pod; ``protect_large``:
+16 followed reservations for pods above one GPU, ends expected by age, a pod backfilled onto a
+reserved node only if its p90 runtime ends before the reserved start."""
 
 
 def _run(job: tuple[Path, Path, str, dict[str, Any]]) -> dict[str, Any]:
