@@ -156,12 +156,31 @@ async def _apply(api: KubeAPI, plural: str, name: str, spec: Json) -> None:
 async def governed(api: KubeAPI, namespace: str, tmp_path: Path) -> AsyncIterator[Governed]:
     await install_crds(api)
     (node,) = await make_nodes(api, namespace, 1, gpus=4)
+    async with governance_on(api, namespace, node.name, tmp_path) as governed:
+        yield governed
+
+
+@contextlib.asynccontextmanager
+async def governance_on(
+    api: KubeAPI,
+    namespace: str,
+    node: str,
+    tmp_path: Path,
+    *,
+    claims: bool = False,
+    mode: str = "Exclusive",
+) -> AsyncIterator[Governed]:
+    """The test's pool and queue, a leading scheduler and its governance controller.
+
+    The pool (of ``mode``) takes the nodes labelled ``test=<namespace>``; ``claims``: the
+    scheduler places pods with DRA claims too.
+    """
     await _apply(
         api,
         "gpupools",
         namespace,
         {
-            "mode": "Exclusive",
+            "mode": mode,
             "nodeSelector": {"test": namespace},
             "governance": {
                 "idleThreshold": {"gpuUtilPercent": 10},
@@ -176,7 +195,9 @@ async def governed(api: KubeAPI, namespace: str, tmp_path: Path) -> AsyncIterato
     engine = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
     writer = StoreWriter(engine, flush_interval=0.05)
     writer.start()
-    config = LiveConfig(identity=f"gov-{namespace}", scheduler_name=f"gov-{namespace}")
+    config = LiveConfig(
+        identity=f"gov-{namespace}", scheduler_name=f"gov-{namespace}", claims=claims
+    )
     scheduler = LiveScheduler(api, config, signer=RecordSigner.generate())
     clock = Clock()
     controller = GovernanceController(
@@ -186,7 +207,7 @@ async def governed(api: KubeAPI, namespace: str, tmp_path: Path) -> AsyncIterato
     lead = asyncio.create_task(scheduler.lead())
     try:
         await wait_for(lambda: _true(scheduler.leading and scheduler.synced), 30, "the leader")
-        yield Governed(api, namespace, node.name, scheduler, controller, clock, writer, engine)
+        yield Governed(api, namespace, node, scheduler, controller, clock, writer, engine)
     finally:
         for task in (lead, informers):
             task.cancel()

@@ -15,46 +15,20 @@ from typing import Any
 import pytest
 from benchlib.claim_check import claim_problems, claim_results
 
-from gpupool.agent.dra_slice import slice_devices, slice_object
-from gpupool.agent.nvml import GpuDevice, MigDevice
 from gpupool.devcluster.controlplane import LocalControlPlane
-from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.install.crds import apply_object, install_crds
 from gpupool.kube.install.device_classes import device_class_manifests
 from gpupool.kube.install.rbac import grant_scheduler_role
-from gpupool.kube.objects.dra import CLASSES_PATH, SLICES_PATH
+from gpupool.kube.objects.dra import CLASSES_PATH
 
+from .dra_helpers import create_claim_pod, node_with_slice
 from .live_helpers import SchedulerProcesses, list_pods, pending_reason, wait_for
 
 pytestmark = pytest.mark.integration
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 Json = dict[str, Any]
-
-
-async def _node_with_slice(api: KubeAPI, name: str) -> list[Json]:
-    """A kwok node and its slice; returns the slices for the checker."""
-    await create_nodes(
-        api,
-        [
-            FakeGpuNode(
-                name,
-                gpus=4,
-                gpu_model="A100",
-                gpu_memory_mib=81920,
-                mig=(("1g.10gb", 7),),
-                labels=(("test", name),),
-            )
-        ],
-    )
-    node = await api.get(f"/api/v1/nodes/{name}")
-    gpus = [GpuDevice(i, f"GPU-{name}-{i}", "A100", 81920, i) for i in range(4)]
-    migs = tuple(MigDevice(f"MIG-{name}-{s}", "1g.10gb", 9856) for s in range(7))
-    gpus.append(GpuDevice(4, f"GPU-{name}-4", "A100", 81920, 4, True, migs, mig_capable=True))
-    body = slice_object(name, node["metadata"]["uid"], slice_devices(tuple(gpus)), 1)
-    created = await api.create(SLICES_PATH, body)
-    return [created]
 
 
 async def _start(
@@ -68,33 +42,6 @@ async def _start(
     schedulers.kubeconfig = control_plane.user_kubeconfig(user)
     schedulers.extra_args = ("--claims",)
     schedulers.start("claims")
-
-
-async def _claim(api: KubeAPI, namespace: str, name: str, request: Json) -> None:
-    """A claim of one request, and a pod (on the test's own node) using it."""
-    claim_spec = {"devices": {"requests": [{"name": "gpu", "exactly": request}]}}
-    container = {
-        "name": "main",
-        "image": "busybox",
-        "resources": {"requests": {"cpu": "100m"}, "claims": [{"name": "gpu"}]},
-    }
-    pod_spec = {
-        "schedulerName": "gpupool",
-        "nodeSelector": {"test": f"{namespace}-n0"},
-        "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-        "containers": [container],
-    }
-    for path, kind, version, spec in (
-        (
-            f"{RESOURCE}/namespaces/{namespace}/resourceclaims",
-            "ResourceClaim",
-            "resource.k8s.io/v1",
-            claim_spec,
-        ),
-        (f"/api/v1/namespaces/{namespace}/pods", "Pod", "v1", pod_spec),
-    ):
-        body = {"apiVersion": version, "kind": kind, "metadata": {"name": name}, "spec": spec}
-        await api.create(path, body)
 
 
 async def _claims(api: KubeAPI, namespace: str) -> dict[str, Json]:
@@ -137,16 +84,16 @@ BAD = {
 async def test_claims_for_a_share_a_mig_slice_and_two_gpus_are_allocated_and_released(
     api: KubeAPI, control_plane: LocalControlPlane, namespace: str, schedulers: SchedulerProcesses
 ) -> None:
-    slices = await _node_with_slice(api, f"{namespace}-n0")
+    slices = await node_with_slice(api, f"{namespace}-n0")
     requests = {
         "share": SHARE,
         "mig": MIG,
         "two": {"deviceClassName": "gpu.gpupool.io", "count": 2},
     }
     for name, request in requests.items():
-        await _claim(api, namespace, name, request)
+        await create_claim_pod(api, namespace, name, request)
     for name, (request, _) in BAD.items():
-        await _claim(api, namespace, name, request)
+        await create_claim_pod(api, namespace, name, request)
     await _start(api, control_plane, namespace, schedulers)
     total = len(requests) + len(BAD)
     await wait_for(lambda: _settled(api, namespace, total), 60, "claim pods to settle")
@@ -183,7 +130,7 @@ async def test_claims_for_a_share_a_mig_slice_and_two_gpus_are_allocated_and_rel
 async def test_twenty_claim_pods_in_shuffled_order_share_one_node_without_overlap(
     api: KubeAPI, control_plane: LocalControlPlane, namespace: str, schedulers: SchedulerProcesses
 ) -> None:
-    slices = await _node_with_slice(api, f"{namespace}-n0")
+    slices = await node_with_slice(api, f"{namespace}-n0")
     rng = random.Random(18)
     names = [f"p{i:02d}" for i in range(20)]
     rng.shuffle(names)
@@ -199,7 +146,7 @@ async def test_twenty_claim_pods_in_shuffled_order_share_one_node_without_overla
             request = MIG
         else:
             request = {"deviceClassName": "gpu.gpupool.io", "count": rng.choice([1, 2])}
-        await _claim(api, namespace, name, request)
+        await create_claim_pod(api, namespace, name, request)
     await _start(api, control_plane, namespace, schedulers)
     await wait_for(lambda: _settled(api, namespace, len(names)), 60, "claim pods to settle")
 

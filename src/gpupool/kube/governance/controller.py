@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpupool.core.model import PodSpec
 from gpupool.governance.decisions import Action, Cleanup, ClearWarning, Decision, Reclaim, Warn
 from gpupool.governance.freshness import decide_on_fresh_usage, usage_is_stale
 from gpupool.governance.rules import CleanupLimits, Limits, PodFacts, PodWarning, idle_since
@@ -58,6 +59,7 @@ from gpupool.kube.objects.vocabulary import (
     ANNOTATION_GOVERNANCE_WARNED,
 )
 from gpupool.kube.policy.book import expected_runtime
+from gpupool.kube.scheduler.claims import claim_gpus_by_pod
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.store.writer import StoreWriter
 
@@ -137,6 +139,8 @@ class GovernanceController:
         self._warned: dict[str, PodWarning] = {}
         self._declared: dict[str, float] = {}
         self._evicted: set[str] = set()
+        self._claim_gpus: dict[str, PodSpec] = {}
+        """This pass's claim pods and their claims' GPUs (they scale the idle threshold)."""
         self._next_phantom_check = 0.0
         self.ledger = QueueLedger(writer)
         self.auditor = Auditor(writer, scheduler.config.identity)
@@ -180,7 +184,12 @@ class GovernanceController:
         if not self.ledger.reconciled:  # this term's first pass: close what ended with no leader
             await self.ledger.reconcile(self.api, self.scheduler.state)
         state = self.scheduler.state
-        samples = self.usage.observe(state.nodes, state.pods, self.settings, now)
+        self._claim_gpus = (
+            {}
+            if state.snapshot is None
+            else claim_gpus_by_pod(state.claims, state.snapshot, state.pods)
+        )
+        samples = self.usage.observe(state.nodes, state.pods, self.settings, now, self._claim_gpus)
         self.stats.stale_usage_nodes = len(self.usage.silence.silent)
         self._warned = {uid: w for uid, w in self._warned.items() if uid in state.pods}
         self._declared = {uid: t for uid, t in self._declared.items() if uid in state.pods}
@@ -283,7 +292,7 @@ class GovernanceController:
             node_not_ready_since=not_ready_since(node),
             usage=self.usage.history(uid),
             last_active=self.usage.last_active(uid),
-            compute_fraction=self.usage.fraction(pod),
+            compute_fraction=self.usage.fraction(pod, self._claim_gpus.get(uid)),
             warning=warning,
             deleting=pod.metadata.deletion_timestamp is not None,
         )

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpupool.core.model import RequestKind
+from gpupool.core.model import PodSpec, RequestKind
 from gpupool.governance.decisions import Rule
 from gpupool.governance.rules import CRASH_LOOP_REASON, Limits, PodWarning
 from gpupool.kube.objects.allocation import AllocationRecord
@@ -48,7 +48,7 @@ from gpupool.kube.objects.vocabulary import (
 from gpupool.policy.config import parse_objects
 from gpupool.policy.membership import node_pool, pod_class, pod_queue
 from gpupool.policy.spec import PolicyConfig, PoolSpec
-from gpupool.policy.units import AllocationSize, UnitsError, allocation_size
+from gpupool.policy.units import AllocationSize, UnitsError, allocation_size, pod_size
 from gpupool.store.records import UsageSample
 
 log = logging.getLogger(__name__)
@@ -141,12 +141,22 @@ def format_warning(warning: PodWarning) -> str:
     return f"{warning.rule.value}@{format_time(warning.time)}"
 
 
+def _gpu_memory(node: NodeRecord | None) -> int:
+    """MiB of one of the node's GPUs, from the label gpupool's inventory sets (0: unknown)."""
+    if node is None:
+        return 0
+    text = node.metadata.labels.get(LABEL_GPU_MEMORY, "0")
+    return int(text) if text.isdigit() else 0
+
+
+def claim_units(claim_gpus: PodSpec, node: NodeRecord | None) -> AllocationSize:
+    """GPU units and GiB of what a claim holds (its GPUs as the scheduler's snapshot holds them)."""
+    return pod_size(claim_gpus, _gpu_memory(node))
+
+
 def allocation_units(record: AllocationRecord, node: NodeRecord | None) -> AllocationSize:
     """GPU units and GiB of a trusted allocation record (zero when it cannot be counted)."""
-    gpu_memory = 0
-    if node is not None:
-        text = node.metadata.labels.get(LABEL_GPU_MEMORY, "0")
-        gpu_memory = int(text) if text.isdigit() else 0
+    gpu_memory = _gpu_memory(node)
     try:
         kind = RequestKind(record.kind)
         share = record.gpus[0] if record.gpus else None

@@ -26,10 +26,11 @@ from datetime import UTC, datetime
 
 from gpupool.governance.accounting import GroupBy, Interval, Window, account, ended_at, total
 from gpupool.kube.client.api import ApiError, JsonObject, KubeAPI
-from gpupool.kube.governance.facts import GovernanceSettings, allocation_units
+from gpupool.kube.governance.facts import GovernanceSettings, allocation_units, claim_units
 from gpupool.kube.objects.allocation import AllocationRecord
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.timestamps import parse_time
+from gpupool.kube.scheduler.claims import claim_charges
 from gpupool.kube.scheduler.state import ClusterState
 from gpupool.store.queries import last_sample_time, open_allocations
 from gpupool.store.records import Allocation
@@ -134,6 +135,9 @@ class QueueLedger:
             self._closed[interval.queue] += total([closed], Window(interval.start, end)).gpu_hours
             if self.writer is not None:
                 await self.writer.allocation_ended(stored, _moment(end))
+        charges = {}
+        if state.snapshot is not None:
+            charges = claim_charges(state.claims, state.snapshot, state.pods, state.claim_binds)
         for uid, pod in state.pods.items():
             if uid in self._open or not pod.spec.node_name:
                 continue
@@ -142,7 +146,11 @@ class QueueLedger:
             if record is None or start is None:
                 continue
             node = state.nodes.get(pod.spec.node_name)
-            size = allocation_units(record, node)
+            claimed = charges.get(uid)
+            if pod.spec.resource_claims and claimed is None:
+                continue  # its claim is not seen yet, or another of its pods is charged for it
+            size = allocation_units(record, node) if claimed is None else claim_units(claimed, node)
+            kind = record.kind if claimed is None else claimed.kind.value
             meta = pod.metadata
             queue = settings.queue_of(pod)
             pool = settings.pool_of(node)
@@ -151,7 +159,7 @@ class QueueLedger:
                 uid, meta.namespace, meta.name, queue, pool_name, size.units, size.memory_gib, start
             )
             stored = Allocation(
-                uid, meta.namespace, meta.name, queue, pool_name, record.node, record.kind,
+                uid, meta.namespace, meta.name, queue, pool_name, record.node, kind,
                 size.units, size.memory_gib, _moment(start),
             )  # fmt: skip
             self._open[uid] = (interval, stored)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpupool.core.model import PodSpec
 from gpupool.governance.freshness import DEFAULT_PUBLICATION_PERIOD, is_stale
 from gpupool.governance.usage import UsageHistory, UsagePoint
 from gpupool.kube.governance.facts import GovernanceSettings, node_usage, stored_sample
@@ -31,12 +32,16 @@ class UsageFeed:
         self._period: dict[str, float] = {}
         self._fractions: dict[str, float] = {}
 
-    def fraction(self, pod: PodRecord) -> float:
+    def fraction(self, pod: PodRecord, claim_gpus: PodSpec | None = None) -> float:
         """The compute part of a GPU the pod holds (its GPU request cannot change: cached).
 
         NVML's SM figures are parts of the whole GPU; a pod whose request cannot be read is
-        held to the whole GPU's threshold, the strictest.
+        held to the whole GPU's threshold, the strictest. A claim pod's GPUs are its claim's
+        (``claim_gpus``, :func:`~gpupool.kube.scheduler.claims.claim_gpus_by_pod`), not cached:
+        until its claim is seen, it is held to the whole GPU's threshold.
         """
+        if claim_gpus is not None:
+            return compute_fraction(claim_gpus)
         uid = pod.metadata.uid
         known = self._fractions.get(uid)
         if known is None:
@@ -65,8 +70,13 @@ class UsageFeed:
         pods: Mapping[str, PodRecord],
         settings: GovernanceSettings,
         now: float,
+        claim_gpus: Mapping[str, PodSpec] | None = None,
     ) -> list[UsageSample]:
-        """Take in the agents' new samples; those to store (one per pod and sampling time)."""
+        """Take in the agents' new samples; those to store (one per pod and sampling time).
+
+        ``claim_gpus``: per claim pod, its claim's GPUs (they scale the pod's idle threshold).
+        """
+        claim_gpus = claim_gpus or {}
         fresh: list[UsageSample] = []
         nodes = dict(nodes)
         published = {name: found for name, node in nodes.items() if (found := node_usage(node))}
@@ -79,7 +89,8 @@ class UsageFeed:
                 point = UsagePoint(
                     usage.sampled_at, usage.sm_percent, usage.memory_mib, usage.memory_busy_percent
                 )
-                activity = settings.limits_for(pool, pod).activity_for(self.fraction(pod))
+                fraction = self.fraction(pod, claim_gpus.get(uid))
+                activity = settings.limits_for(pool, pod).activity_for(fraction)
                 history = self.history(uid)
                 if history.last is None or history.last.time < usage.sampled_at:
                     fresh.extend(stored_sample(uid, usage))

@@ -377,3 +377,24 @@ def claim_charges(
         if owner is not None:
             charges.setdefault(owner, held.pod)
     return charges
+
+
+def claim_gpus_by_pod(
+    book: ClaimBook, snapshot: ClusterSnapshot, pods: Mapping[str, PodRecord]
+) -> dict[str, PodSpec]:
+    """Pod uid to the GPUs of the claim it runs on, for every pod in a claim's ``reservedFor``.
+
+    Governance judges a claim pod by what its claim was given (a share's compute scales the
+    idle threshold), not by its own request, which has no GPUs: read from the pod, a claim
+    share running flat out at its cap would be held to the whole GPU's threshold and reclaimed
+    as idle. Unlike :func:`claim_charges`, every consumer of a shared claim is named.
+    """
+    gpus: dict[str, PodSpec] = {}
+    for claim_uid, claim in book.by_uid.items():
+        held = snapshot.allocations.get(claim_key(claim_uid))
+        if held is None:
+            continue
+        for consumer in claim.status.reserved_for:
+            if consumer.uid in pods:
+                gpus.setdefault(consumer.uid, held.pod)
+    return gpus
