@@ -94,25 +94,18 @@ def sim_dynamic(
 ) -> None:
     """Poisson arrivals at --load, trace shapes, lognormal durations, pools and team queues."""
     from gpupool.policy.config import PolicyConfigError
-    from gpupool.scheduling.registry import policy_names
     from gpupool.sim.dynamic import DynamicSettings, run_dynamic
     from gpupool.sim.governance_model import GovernanceModel
     from gpupool.sim.policy_file import load_policy
     from gpupool.sim.trace import TraceFormatError, read_nodes, read_pods
 
-    for option, path in (("--nodes", nodes), ("--pods", pods)):
-        if not path.is_file():
+    for option, path in (("--nodes", nodes), ("--pods", pods), ("--config", config)):
+        if path is not None and not path.is_file():
             raise fail(f"{option}: no such file {path}")
-    if config is not None and not config.is_file():
-        raise fail(f"--config: no such file {config}")
-    if policy not in policy_names():
-        raise fail(
-            f"--policy: unknown policy {policy!r}; choose one of {', '.join(policy_names())}"
-        )
+    _check_policy(policy)
     try:
-        model = None
-        if idle_share or overrun_share:
-            model = GovernanceModel(idle_share, overrun_share, enforce=governance)
+        wanted = idle_share or overrun_share
+        model = GovernanceModel(idle_share, overrun_share, enforce=governance) if wanted else None
         settings = DynamicSettings(
             rho=load,
             hours=hours,
@@ -139,6 +132,15 @@ def sim_dynamic(
         raise fail(str(error)) from None
     report = run_dynamic(node_specs, pod_specs, pools_and_queues, settings)
     _write(report, json_out, plot)
+
+
+def _check_policy(policy: str) -> None:
+    from gpupool.scheduling.registry import policy_names
+
+    if policy not in policy_names():
+        raise fail(
+            f"--policy: unknown policy {policy!r}; choose one of {', '.join(policy_names())}"
+        )
 
 
 _OPTIONS = {

@@ -254,3 +254,22 @@ class Reservations:
                     self._carried(pool)
         kept = {pool: (*made, *self._renew[pool]) for pool, made in self._made.items()}
         return {pool: reservations for pool, reservations in kept.items() if reservations}
+
+
+def no_smaller(failed: PodSpec, pod: PodSpec) -> bool:
+    """Whether ``pod`` asks for at least everything ``failed`` asked for, in the same shape.
+
+    The same shape includes the same node constraints: a pod that may use other nodes than
+    the one that failed can fit where it could not.
+    """
+    return (
+        pod.kind is failed.kind
+        and pod.gpu_models == failed.gpu_models
+        and pod.mig_profile == failed.mig_profile
+        and pod.constraints == failed.constraints
+        and pod.gpu_count >= failed.gpu_count
+        and pod.gpu_milli >= failed.gpu_milli
+        and pod.gpu_memory_mib >= failed.gpu_memory_mib
+        and pod.cpu_milli >= failed.cpu_milli
+        and pod.memory_mib >= failed.memory_mib
+    )

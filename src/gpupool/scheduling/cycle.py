@@ -32,7 +32,7 @@ from gpupool.core.model import PodSpec
 from gpupool.policy.quota import Ledger, hold_reason
 from gpupool.policy.units import milli_units
 from gpupool.policy.workload import Workload
-from gpupool.scheduling.backfill import Blocked, Reservations, delayed_nodes
+from gpupool.scheduling.backfill import Blocked, Reservations, delayed_nodes, no_smaller
 from gpupool.scheduling.claim_placement import REASON_NO_ELIGIBLE, restrict_choice
 from gpupool.scheduling.decisions import (
     Admit,
@@ -44,6 +44,7 @@ from gpupool.scheduling.decisions import (
 )
 from gpupool.scheduling.ordering import order_pending, priority_of
 from gpupool.scheduling.preemption import VictimChoice
+from gpupool.scheduling.runtime import expected_ends
 from gpupool.scheduling.victims import Attempt, VictimSearch
 
 if TYPE_CHECKING:
@@ -125,21 +126,9 @@ class Cycle:
 
     def _expected_ends(self) -> list[tuple[float, str]]:
         """(expected end, pod name) of every running pod, as reservations should see them."""
-        running = self.request.running
-        if not self.engine.options.remaining_by_age:
-            return [(record.expected_end, name) for name, record in running.items()]
-        now = self.request.now
-        queues = self.tables.queues
-        return [
-            (
-                now
-                + self.runtimes.remaining(
-                    record.workload, queues[record.queue].name, now - record.started_at
-                ),
-                name,
-            )
-            for name, record in running.items()
-        ]
+        names = [queue.name for queue in self.tables.queues]
+        by_age = self.engine.options.remaining_by_age
+        return expected_ends(self.request.running, self.request.now, self.runtimes, names, by_age)
 
     def _every_pool_closed(self) -> bool:
         return len(self.blocked) == self.engine.populated_pools and all(
@@ -236,7 +225,7 @@ class Cycle:
             if self.examined[pool] > self.engine.options.backfill_depth and not held:
                 return f"waiting behind {name} in pool {pool_name} (backfill depth reached)"
         if not held and any(
-            _no_smaller(failed, attempt.workload.pod) for failed in self.failed.get(pool, ())
+            no_smaller(failed, attempt.workload.pod) for failed in self.failed.get(pool, ())
         ):
             if heads is not None:  # blocked as surely as if it had been tried
                 self._block(pool, attempt)
@@ -356,12 +345,7 @@ class Cycle:
         if not reservations:
             return decision
         name = self.tables.queues[queue].name
-        quantile = self.engine.options.backfill_quantile
-        runtime = (
-            self.runtimes.estimate(workload, name)
-            if quantile is None
-            else self.runtimes.quantile(workload, name, quantile)
-        )
+        runtime = self.runtimes.bound(workload, name, self.engine.options.backfill_quantile)
         delayed = delayed_nodes(reservations, self.request.now, runtime)
         if decision.node not in delayed:
             return decision
@@ -402,22 +386,3 @@ class Cycle:
             rule=choice.rule,
             gpu_seconds_lost=choice.gpu_seconds_lost,
         )
-
-
-def _no_smaller(failed: PodSpec, pod: PodSpec) -> bool:
-    """Whether ``pod`` asks for at least everything ``failed`` asked for, in the same shape.
-
-    The same shape includes the same node constraints: a pod that may use other nodes than
-    the one that failed can fit where it could not.
-    """
-    return (
-        pod.kind is failed.kind
-        and pod.gpu_models == failed.gpu_models
-        and pod.mig_profile == failed.mig_profile
-        and pod.constraints == failed.constraints
-        and pod.gpu_count >= failed.gpu_count
-        and pod.gpu_milli >= failed.gpu_milli
-        and pod.gpu_memory_mib >= failed.gpu_memory_mib
-        and pod.cpu_milli >= failed.cpu_milli
-        and pod.memory_mib >= failed.memory_mib
-    )

@@ -18,10 +18,11 @@ reservation pick the node with the longest-running pod as the one that drains fi
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from gpupool.policy.workload import Workload
+from gpupool.policy.workload import Running, Workload
 
 DEFAULT_RUNTIME = 3600.0
 """Seconds assumed before anything has finished."""
@@ -117,6 +118,10 @@ class RuntimeEstimator:
                 return float(ordered[min(int(q * len(ordered)), len(ordered) - 1)])
         return self.estimate(workload, queue)
 
+    def bound(self, workload: Workload, queue: str, q: float | None) -> float:
+        """The runtime backfill checks against a reserved start (``q`` None: the mean)."""
+        return self.estimate(workload, queue) if q is None else self.quantile(workload, queue, q)
+
     def _tail(self, key: Key, recent: deque[float]) -> tuple[np.ndarray, np.ndarray]:
         tail = self._tails.get(key)
         if tail is None:
@@ -124,3 +129,28 @@ class RuntimeEstimator:
             suffix = np.cumsum(ordered[::-1])[::-1]
             tail = self._tails[key] = (ordered, suffix)
         return tail
+
+
+def expected_ends(
+    running: Mapping[str, Running],
+    now: float,
+    runtimes: RuntimeEstimator,
+    queue_names: Sequence[str],
+    by_age: bool,
+) -> list[tuple[float, str]]:
+    """(expected end, pod name) of running pods: recorded at start, or by age.
+
+    With ``by_age``: ``now`` plus what :meth:`RuntimeEstimator.remaining` expects of their age.
+    """
+    if not by_age:
+        return [(record.expected_end, name) for name, record in running.items()]
+    return [
+        (
+            now
+            + runtimes.remaining(
+                record.workload, queue_names[record.queue], now - record.started_at
+            ),
+            name,
+        )
+        for name, record in running.items()
+    ]
