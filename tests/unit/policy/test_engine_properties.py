@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpupool.policy.spec import PolicyConfig, PoolMode, PoolSpec, QueueSpec
@@ -146,8 +146,33 @@ def test_ceilings_limits_and_priorities_hold(
     play(*scenario, uniform=False)
 
 
+STALE_NOMINATION = (
+    [1, 1],
+    [queue("q0", "p", guaranteed=2), queue("q1", "p", priority=10), queue("q2", "p")],
+    [
+        Step((0, 1, 0), None),
+        Step((0, 1, 0), None),
+        Step((0, 1, 0), None),
+        Step((1, 1, 0), 0),
+        Step((0, 1, 5), 0),
+    ],
+)
+"""Found by the test: q0's pod reclaims q1's and is nominated to n0, a higher-priority pod of
+q0 takes n0 when it frees, and the nominee waited on n0 for ever while q1 borrowed."""
+
+SHAPE_FAILED_FIRST = (
+    [1],
+    [queue("q0", "p", guaranteed=1), queue("q1", "p", priority=10), queue("q2", "p")],
+    [Step((0, 1, 0), None), Step((1, 1, 0), None), Step((1, 1, 0), None), Step((0, 1, 0), 0)],
+)
+"""Found by the test: q1's second pod fails for want of room, and q0's pod of the same shape,
+under its guarantee, was refused ("no room for a pod of this size") without a reclaim search."""
+
+
 @settings(max_examples=150, deadline=None)
 @given(scenario=scenarios(uniform=True))
+@example(scenario=STALE_NOMINATION)
+@example(scenario=SHAPE_FAILED_FIRST)
 def test_a_queue_under_its_guarantee_is_not_left_there_while_others_borrow(
     scenario: tuple[list[int], list[QueueSpec], list[Step]],
 ) -> None:

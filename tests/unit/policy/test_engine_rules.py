@@ -185,7 +185,12 @@ def test_a_nominated_node_is_kept_from_pods_of_lower_or_equal_priority() -> None
     assert outcome == {"higher": "Admit", "big": "Wait", "low": "Wait"}
     low_wait = next(d for d in decisions if d.workload.name == "low")
     assert isinstance(low_wait, Wait)
-    assert "nominated to a preempting pod" in low_wait.reason
+    # higher took the room big was nominated for, so the nomination is gone (big could not fit
+    # there any more) and low waits for room like any pod, not for a preempting pod
+    assert low_wait.reason == "0/2 nodes are available: 2 Insufficient gpupool.io/gpu."
+    big_wait = next(d for d in decisions if d.workload.name == "big")
+    assert isinstance(big_wait, Wait)
+    assert "nominated" not in big_wait.reason
 
 
 BACKFILL_RUNNING = [
