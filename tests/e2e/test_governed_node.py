@@ -160,17 +160,24 @@ async def test_the_idle_pod_is_reclaimed_from_the_agents_own_telemetry(story: St
     assert busy_pod is not None
     assert busy_pod["status"]["phase"] == "Running"
     assert ANNOTATION_GOVERNANCE_WARNED not in busy_pod["metadata"].get("annotations", {})
-    # the audit trail, read from the store as an operator would
+    # the audit trail, read from the store as an operator would; the control plane's writer
+    # buffers and retries (gpupool.store.writer), so the eviction's row may land a moment after
+    # the pod is gone: read until it has, for at most 60 s
     env = {**os.environ, "GPUPOOL_DB_URL": s.governed.store_url}
-    done = subprocess.run(
-        [sys.executable, "-m", "gpupool", "audit", "--pod", f"{s.namespace}/idle", "--json"],
-        capture_output=True, text=True, timeout=120, env=env, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    steps = [
-        (e["action"], e["values"].get("step"), e["values"].get("rule"))
-        for e in json.loads(done.stdout)
-    ]
+    steps: list[tuple[str, str | None, str | None]] = []
+    for _ in range(30):
+        done = subprocess.run(
+            [sys.executable, "-m", "gpupool", "audit", "--pod", f"{s.namespace}/idle", "--json"],
+            capture_output=True, text=True, timeout=120, env=env, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        steps = [
+            (e["action"], e["values"].get("step"), e["values"].get("rule"))
+            for e in json.loads(done.stdout)
+        ]
+        if ("reclaim", "evicted", "idle") in steps:
+            break
+        await asyncio.sleep(2)
     assert ("reclaim", "warned", "idle") in steps, steps
     assert ("reclaim", "evicted", "idle") in steps, steps
 
