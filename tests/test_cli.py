@@ -149,6 +149,7 @@ def test_explain_rejects_a_load_out_of_range() -> None:
         ([], "--kubeconfig"),
         (["--policy", "fgd"], "--policy"),
         (["--bind-concurrency", "0"], "--bind-concurrency"),
+        (["--backfill", "eager"], "--backfill: 'eager' is not one of large-pods, easy, strict"),
         (["--lease-duration", "5", "--renew-deadline", "6"], "--renew-deadline"),
         (["--log-level", "loud"], "--log-level"),
         (["--http-address", "0.0.0.0:9402"], "--http-address: 0.0.0.0 is not loopback"),

@@ -129,9 +129,19 @@ def gpupool(*args: str) -> subprocess.CompletedProcess[str]:
     [
         (["--load", "0"], "error: --load: out of range (0.0)"),
         (["--warmup", "9"], "error: --warmup: out of range (9.0)"),
-        (["--reservations", "0"], "error: --reservations: out of range (0)"),
-        (["--reserve-above-units", "-1"], "error: --reserve-above-units: out of range (-1)"),
-        (["--backfill-quantile", "1"], "error: --backfill-quantile: out of range (1.0)"),
+        (["--reservations", "0"], "error: --reservations: must be at least 1 (0)"),
+        (
+            ["--reserve-above-units", "-1"],
+            "error: --reserve-above-units: must be at least 0 (-1)",
+        ),
+        (
+            ["--backfill-quantile", "1"],
+            "error: --backfill-quantile: must lie between 0 and 1 (1.0)",
+        ),
+        (
+            ["--backfill", "eager"],
+            "error: --backfill: unknown mode 'eager'; choose one of large-pods, easy, strict",
+        ),
         (["--policy", "nope"], "error: --policy: unknown policy 'nope'"),
         (["--config", "/nonexistent.yaml"], "error: --config: no such file /nonexistent.yaml"),
     ],
@@ -167,21 +177,37 @@ def test_a_bad_config_names_file_object_and_field(trace_dir: Path, tmp_path: Pat
     assert not (tmp_path / "out.json").exists()
 
 
-def test_a_run_writes_its_json(trace_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("args", "engine"),
+    [
+        (["--backfill", "strict", "--no-preemption"], (False, 16, True, 1000, True, 0.9, False)),
+        ([], (True, 16, True, 1000, True, 0.9, True)),
+        (
+            ["--backfill", "easy", "--reservations", "4", "--remaining-by-age"],
+            (True, 4, False, None, True, None, True),
+        ),
+    ],
+    ids=["strict", "default", "easy-changed"],
+)
+def test_a_run_writes_its_json_with_the_engine_it_ran(
+    trace_dir: Path, tmp_path: Path, args: list[str], engine: tuple[object, ...]
+) -> None:
     out = tmp_path / "dyn.json"
     done = gpupool(
         "--nodes", str(trace_dir / "openb_node_list_gpu_node.csv"),
         "--pods", str(trace_dir / "openb_pod_list_default.csv"),
         "--json", str(out), "--load", "0.8", "--hours", "1", "--warmup", "0.5",
-        "--scale", "0.1", "--seed", "7", "--no-backfill", "--no-preemption",
+        "--scale", "0.1", "--seed", "7", *args,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
-    assert (report["rho"], report["seed"], report["backfill"], report["preemption"]) == (
-        0.8, 7, False, False,
-    )  # fmt: skip
-    assert report["preemptions"] == 0
-    assert report["backfilled"] == 0
+    assert (report["rho"], report["seed"]) == (0.8, 7)
+    keys = ("backfill", "reservations", "follow", "reserve_above_units", "remaining_by_age")
+    assert tuple(report[k] for k in (*keys, "backfill_quantile", "preemption")) == engine
+    if not report["backfill"]:
+        assert report["backfilled"] == 0
+    if not report["preemption"]:
+        assert report["preemptions"] == 0
     assert "GPU utilisation" in done.stdout
 
 

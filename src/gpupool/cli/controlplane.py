@@ -45,6 +45,14 @@ Claims = Annotated[
         "Kubernetes 1.34 or later). Off by default for now."
     ),
 ]
+Backfill = Annotated[
+    str,
+    typer.Option(
+        help="Backfill behind blocked pods: large-pods (up to 16 reservations per pool for "
+        "pods above one GPU, kept for their pods), easy (one per pool) or strict (nothing "
+        "starts behind a blocked pod of its pool)."
+    ),
+]
 TlsCert = Annotated[
     Path | None,
     typer.Option(
@@ -98,6 +106,7 @@ def control_plane(
     renew_deadline: Annotated[float, typer.Option(help="Renew deadline, seconds.")] = 10.0,
     retry_period: Annotated[float, typer.Option(help="Retry period, seconds.")] = 2.0,
     bind_concurrency: Annotated[int, typer.Option(help="Bindings in flight at once.")] = 64,
+    backfill: Backfill = "large-pods",
     claims: Claims = False,
     log_level: LogLevel = "info",
     http_address: HttpAddress = "127.0.0.1:9402",
@@ -119,6 +128,7 @@ def control_plane(
     from gpupool.kube.controlplane.http import parse_address
     from gpupool.kube.controlplane.service import ServiceConfig, default_identity
     from gpupool.kube.scheduler.config import LIVE_POLICIES, LiveConfig
+    from gpupool.scheduling.decisions import BACKFILL_MODES
 
     _check_kubeconfig(kubeconfig)
     try:
@@ -139,11 +149,14 @@ def control_plane(
     lease = _lease(
         lease_namespace, lease_name, (lease_duration, renew_deadline, retry_period), create_lease
     )
+    if backfill not in BACKFILL_MODES:
+        raise fail(f"--backfill: {backfill!r} is not one of {', '.join(BACKFILL_MODES)}")
     live = LiveConfig(
         identity=identity or default_identity(),
         scheduler_name=scheduler_name,
         policy=policy,
         bind_concurrency=bind_concurrency,
+        backfill=backfill,
         claims=claims,
     )
     face: FaceFactory | None = face_builder(api_audience, insecure_local) if api else None

@@ -15,35 +15,43 @@ import typer
 
 from gpupool.cli.options import fail
 from gpupool.core.constraints import NodeConstraints
-from gpupool.scheduling.backfill import DEFAULT_RESERVATIONS
+from gpupool.scheduling.decisions import engine_options
 
 sim_app = typer.Typer(help="Simulations of the cluster under a workload.", no_args_is_help=True)
 
+BackfillMode = Annotated[
+    str,
+    typer.Option(
+        help="large-pods (the control plane's default: up to 16 followed reservations for "
+        "pods above one GPU, ends by age, p90 runtimes), easy (one reservation per pool) or "
+        "strict (nothing starts behind a blocked pod); the options below change one part."
+    ),
+]
 Reservations = Annotated[
-    int, typer.Option(help="Blocked pods per pool holding a backfill reservation (1: EASY).")
+    int | None, typer.Option(help="Blocked pods per pool holding a backfill reservation.")
 ]
 FollowReservations = Annotated[
-    bool, typer.Option(help="A reservation whose start passed stays with its waiting pod.")
+    bool | None, typer.Option(help="A reservation whose start passed stays with its pod.")
 ]
 ReserveAboveUnits = Annotated[
     int | None,
     typer.Option(
-        help="Only blocked pods asking for more milli-units (1000: one GPU) hold a reservation "
-        "(default: every blocked pod may)."
+        help="Only blocked pods asking for more milli-units (1000: one GPU) hold a "
+        "reservation (0: every blocked pod that asks for a GPU)."
     ),
 ]
 RemainingByAge = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         help="Reservations expect a running pod to end after its remaining runtime given how "
-        "long it has run (default: at start plus its mean runtime, or now once past it)."
+        "long it has run (off: at start plus its mean runtime, or now once past it)."
     ),
 ]
 BackfillQuantile = Annotated[
     float | None,
     typer.Option(
         help="A pod starts on a reserved node only if this quantile of its learned runtime "
-        "ends before the reserved start (default: its mean)."
+        "ends before the reserved start (easy: its mean)."
     ),
 ]
 TeamNodeSelector = Annotated[
@@ -64,11 +72,11 @@ def sim_dynamic(
     hours: Annotated[float, typer.Option(help="Simulated hours.")] = 8.0,
     warmup: Annotated[float, typer.Option(help="Hours left out of the metrics.")] = 3.0,
     seed: Annotated[int, typer.Option(help="Seed of every draw.")] = 42,
-    no_backfill: Annotated[bool, typer.Option("--no-backfill", help="Strict order.")] = False,
-    reservations: Reservations = DEFAULT_RESERVATIONS,
-    follow_reservations: FollowReservations = False,
+    backfill: BackfillMode = "large-pods",
+    reservations: Reservations = None,
+    follow_reservations: FollowReservations = None,
     reserve_above_units: ReserveAboveUnits = None,
-    remaining_by_age: RemainingByAge = False,
+    remaining_by_age: RemainingByAge = None,
     backfill_quantile: BackfillQuantile = None,
     no_preemption: Annotated[
         bool, typer.Option("--no-preemption", help="No preemption or reclaim.")
@@ -106,17 +114,20 @@ def sim_dynamic(
     try:
         wanted = idle_share or overrun_share
         model = GovernanceModel(idle_share, overrun_share, enforce=governance) if wanted else None
+        engine = engine_options(
+            backfill,
+            preemption=not no_preemption,
+            reservations_per_pool=reservations,
+            reservations_follow_pods=follow_reservations,
+            reserve_above_units=reserve_above_units,
+            remaining_by_age=remaining_by_age,
+            backfill_quantile=backfill_quantile,
+        )
         settings = DynamicSettings(
             rho=load,
             hours=hours,
             seed=seed,
-            backfill=not no_backfill,
-            reservations=reservations,
-            follow=follow_reservations,
-            reserve_above_units=reserve_above_units,
-            remaining_by_age=remaining_by_age,
-            backfill_quantile=backfill_quantile,
-            preemption=not no_preemption,
+            engine=engine,
             warmup_hours=warmup,
             scale=scale,
             policy=policy,
@@ -145,7 +156,8 @@ def _check_policy(policy: str) -> None:
 
 _OPTIONS = {
     "rho": "--load",
-    "reservations": "--reservations",
+    "reservations_per_pool": "--reservations",
+    "reservations_follow_pods": "--follow-reservations",
     "reserve_above_units": "--reserve-above-units",
     "backfill_quantile": "--backfill-quantile",
     "warmup_hours": "--warmup",

@@ -10,10 +10,10 @@ that reserved start. ``k = 1`` is EASY backfill. Without backfill, nothing behin
 the pool starts (strict order); with unrestricted skipping, large pods could wait forever behind a
 stream of small ones. With one reservation, only the first blocked pod keeps its place: the large
 pods queued behind it are overtaken by a stream of smaller ones whenever the head's node is not
-theirs (measured: docs/benchmarks.md, the dynamic simulation), which is what larger ``k``,
-reservations that follow their pods and reservations kept to pods above a size
-(``reserve_above_units``) are measured against; none has won yet, so the default stays EASY
-(docs/benchmarks.md section 7, "round two"). Each reservation is found on the cluster as it is, not
+theirs (measured: docs/benchmarks.md, the dynamic simulation). The engine's default therefore
+protects up to 16 pods above one GPU per pool, with reservations that follow their pods, ends
+expected by age and p90 runtimes for backfill (:class:`~.decisions.EngineOptions`; chosen by
+measurement, docs/benchmarks.md section 7, round three). Each reservation is found on the cluster as it is, not
 after the earlier reservations start: a later one is looked for away from the nodes the pool's
 earlier ones hold (else the pods queued behind the head, often of the head's shape, would all
 reserve the head's node and protect nothing more). That is coarser than conservative backfill's
@@ -38,10 +38,6 @@ from gpupool.policy.workload import Workload
 
 if TYPE_CHECKING:
     from gpupool.scheduling.decisions import CycleRequest
-
-DEFAULT_RESERVATIONS = 1
-"""Blocked pods per pool that hold a reservation unless configured otherwise."""
-
 
 @dataclass(frozen=True, slots=True)
 class Reservation:

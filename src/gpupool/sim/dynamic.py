@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,6 @@ from gpupool.policy.membership import node_labels
 from gpupool.policy.spec import PolicyConfig
 from gpupool.policy.units import MILLI_UNITS
 from gpupool.policy.workload import Running
-from gpupool.scheduling.backfill import DEFAULT_RESERVATIONS
 from gpupool.scheduling.decisions import Admit, CycleResult, EngineOptions, Preempt
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.sim.cluster import SimulatedCluster
@@ -60,16 +59,8 @@ class DynamicSettings:
         rho: Offered load, fraction of GPU capacity.
         hours: Simulated hours.
         seed: Seed of every draw.
-        backfill: Backfill behind reservations on.
-        reservations: Blocked pods per pool holding a backfill reservation (1: EASY).
-        follow: A reservation whose start passed stays with its waiting pod.
-        reserve_above_units: Only blocked pods asking for more milli-units hold a reservation
-            (None: every blocked pod may).
-        remaining_by_age: Reservations expect running pods to end after their remaining
-            runtime given their age (engine option ``remaining_by_age``).
-        backfill_quantile: Quantile of a pod's runtime that must end before a reserved start
-            for it to start on the reserved node (None: its mean).
-        preemption: Preemption and reclaim on.
+        engine: The policy engine's options (backfill, reservations, preemption), the live
+            scheduler's defaults unless given.
         warmup_hours: Hours left out of the metrics.
         scale: Fraction of the node list simulated (every ``1/scale``-th node).
         policy: Placement policy name.
@@ -80,13 +71,7 @@ class DynamicSettings:
     rho: float
     hours: float
     seed: int
-    backfill: bool = True
-    reservations: int = DEFAULT_RESERVATIONS
-    follow: bool = False
-    reserve_above_units: int | None = None
-    remaining_by_age: bool = False
-    backfill_quantile: float | None = None
-    preemption: bool = True
+    engine: EngineOptions = field(default_factory=EngineOptions)
     warmup_hours: float = 3.0
     scale: float = 0.25
     policy: str = "default"
@@ -96,15 +81,6 @@ class DynamicSettings:
     def __post_init__(self) -> None:
         checks = (
             ("rho", self.rho > 0),
-            ("reservations", self.reservations >= 1),
-            (
-                "reserve_above_units",
-                self.reserve_above_units is None or self.reserve_above_units >= 0,
-            ),
-            (
-                "backfill_quantile",
-                self.backfill_quantile is None or 0 < self.backfill_quantile < 1,
-            ),
             ("hours", self.hours > 0),
             ("warmup_hours", 0 <= self.warmup_hours < self.hours),
             ("scale", 0 < self.scale <= 1),
@@ -112,6 +88,19 @@ class DynamicSettings:
         for name, ok in checks:
             if not ok:
                 raise ValueError(f"{name}: out of range ({getattr(self, name)})")
+
+
+def engine_report(options: EngineOptions) -> dict[str, Any]:
+    """The engine options under the report keys the published JSONs use."""
+    return {
+        "backfill": options.backfill,
+        "reservations": options.reservations_per_pool,
+        "follow": options.reservations_follow_pods,
+        "reserve_above_units": options.reserve_above_units,
+        "remaining_by_age": options.remaining_by_age,
+        "backfill_quantile": options.backfill_quantile,
+        "preemption": options.preemption,
+    }
 
 
 def scaled_nodes(nodes: Sequence[NodeSpec], scale: float) -> list[NodeSpec]:
@@ -145,16 +134,7 @@ class _DynamicRun(SimulatedCluster):
         arrivals_rng, ranks_rng, policy_rng = (np.random.default_rng(s) for s in streams)
         placement = build_policy(settings.policy, PolicyContext(policy_rng, shapes))
         scheduler = Scheduler(placement, ranks_rng.permutation(len(cluster)).astype(np.int64))
-        options = EngineOptions(
-            backfill=settings.backfill,
-            preemption=settings.preemption,
-            reservations_per_pool=settings.reservations,
-            reservations_follow_pods=settings.follow,
-            reserve_above_units=settings.reserve_above_units,
-            remaining_by_age=settings.remaining_by_age,
-            backfill_quantile=settings.backfill_quantile,
-        )
-        super().__init__(cluster, config, scheduler, options)
+        super().__init__(cluster, config, scheduler, settings.engine)
         self.settings = settings
         gpus = self.snapshot.total_gpus
         self.process = ArrivalProcess(
@@ -234,13 +214,7 @@ class _DynamicRun(SimulatedCluster):
             "hours": settings.hours,
             "warmup_hours": settings.warmup_hours,
             "seed": settings.seed,
-            "backfill": settings.backfill,
-            "reservations": settings.reservations,
-            "follow": settings.follow,
-            "reserve_above_units": settings.reserve_above_units,
-            "remaining_by_age": settings.remaining_by_age,
-            "backfill_quantile": settings.backfill_quantile,
-            "preemption": settings.preemption,
+            **engine_report(settings.engine),
             "policy": settings.policy,
             "nodes": self.snapshot.size,
             "gpus": self.snapshot.total_gpus,

@@ -7,12 +7,14 @@ reservation that assumed it ends "now" would wait on the node that drains last.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpupool.policy.spec import PolicyConfig, PoolMode, PoolSpec
 from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.backfill import Reservation
-from gpupool.scheduling.decisions import Admit, EngineOptions, Wait
+from gpupool.scheduling.decisions import EASY, Admit, EngineOptions, Wait
 from gpupool.scheduling.runtime import DEFAULT_RUNTIME, MIN_TAIL, WINDOW, RuntimeEstimator
 
 from .builders import Cluster, node, queue, share, whole, work
@@ -78,7 +80,7 @@ def reserving_cluster(remaining_by_age: bool) -> Cluster:
     cluster = Cluster(
         [node("n0", gpus=4), node("n1", gpus=4)],
         PolicyConfig((PoolSpec("p", PoolMode.EXCLUSIVE),), (queue("q", "p"),)),
-        EngineOptions(remaining_by_age=remaining_by_age),
+        replace(EASY, remaining_by_age=remaining_by_age),
     )
     heavy_tailed(cluster.engine.default_runtimes, work(whole("old", 3), "q"))
     for name, row, started in (("old", 0, 0.0), ("young", 1, 19_950.0)):
@@ -128,7 +130,7 @@ def test_a_pod_whose_tail_would_overrun_the_reserved_start_keeps_off_the_node(
     cluster = Cluster(
         [node("n0", gpus=4)],
         PolicyConfig((PoolSpec("p", PoolMode.EXCLUSIVE),), (queue("q", "p"),)),
-        EngineOptions(backfill_quantile=quantile),
+        replace(EASY, backfill_quantile=quantile),
     )
     heavy_tailed(cluster.engine.default_runtimes, work(whole("one"), "q"))
     running = work(whole("a", 3), "q")

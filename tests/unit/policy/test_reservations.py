@@ -8,12 +8,14 @@ node and only pods that end before the reserved starts may jump ahead.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpupool.policy.spec import PolicyConfig, PoolMode, PoolSpec
 from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.backfill import Reservation
-from gpupool.scheduling.decisions import Admit, CycleRequest, CycleResult, EngineOptions, Wait
+from gpupool.scheduling.decisions import EASY, Admit, CycleRequest, CycleResult, EngineOptions, Wait
 
 from .builders import Cluster, node, queue, whole, work
 
@@ -24,7 +26,8 @@ def two_busy_nodes(per_pool: int, follow: bool = False, above: int | None = None
     cluster = Cluster(
         [node("n0", gpus=4), node("n1", gpus=4)],
         PolicyConfig((POOL,), (queue("q", "p"),)),
-        EngineOptions(
+        replace(
+            EASY,
             reservations_per_pool=per_pool,
             reservations_follow_pods=follow,
             reserve_above_units=above,
@@ -181,8 +184,8 @@ def busy(
     cluster = Cluster(
         [node("n0", gpus=4), node("n1", gpus=4)],
         PolicyConfig((POOL,), (queue("q", "p"),)),
-        EngineOptions(
-            reservations_per_pool=2, reservations_follow_pods=follow, backfill_depth=depth
+        replace(
+            EASY, reservations_per_pool=2, reservations_follow_pods=follow, backfill_depth=depth
         ),
     )
     for name, row, gpus, end in running:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.vocabulary import SCHEDULER_NAME
+from gpupool.scheduling.decisions import BACKFILL_MODES
 
 LIVE_POLICIES = ("default", "bestfit", "packing", "dotprod", "clustering", "random")
 """Policies that need no workload known in advance (FGD's typical pods come from a trace)."""
@@ -30,6 +31,9 @@ class LiveConfig:
         policy: Placement policy name (one of :data:`LIVE_POLICIES`).
         bind_concurrency: Bindings in flight at once.
         seed: Seed for randomised policies.
+        backfill: The engine's backfill mode, a key of
+            :data:`~gpupool.scheduling.decisions.BACKFILL_MODES` (``large-pods``: up to 16
+            reservations per pool for pods above one GPU).
         claims: Whether to place pods with DRA claims of gpupool's driver (watches
             ResourceClaims, their templates, DeviceClasses and ResourceSlices; needs
             resource.k8s.io/v1, Kubernetes 1.34 or later). Off by default until an
@@ -42,6 +46,7 @@ class LiveConfig:
     policy: str = "default"
     bind_concurrency: int = 64
     seed: int = 0
+    backfill: str = "large-pods"
     claims: bool = False
 
     def __post_init__(self) -> None:
@@ -49,6 +54,9 @@ class LiveConfig:
             raise ValueError(f"policy: {self.policy!r} is not one of {', '.join(LIVE_POLICIES)}")
         if self.bind_concurrency < 1:
             raise ValueError("bind_concurrency: must be >= 1")
+        if self.backfill not in BACKFILL_MODES:
+            modes = ", ".join(BACKFILL_MODES)
+            raise ValueError(f"backfill: {self.backfill!r} is not one of {modes}")
 
 
 @dataclass

@@ -61,7 +61,7 @@ from gpupool.kube.scheduler.writes import PodReporter
 from gpupool.policy.workload import Workload
 from gpupool.scheduling.backfill import Reservation
 from gpupool.scheduling.cycle_request import Carried, cycle_request
-from gpupool.scheduling.decisions import CycleRequest
+from gpupool.scheduling.decisions import BACKFILL_MODES, CycleRequest
 from gpupool.scheduling.engine import PolicyEngine
 from gpupool.scheduling.registry import PolicyContext, build_policy
 
@@ -166,7 +166,7 @@ class LiveScheduler:
     def _prepare(self, snapshot: ClusterSnapshot) -> None:
         """A fresh snapshot: compile the pools and queues for its nodes."""
         policy = self.book.compile(self.policies.config, snapshot)
-        self.engine = PolicyEngine(self.placement, policy)
+        self.engine = PolicyEngine(self.placement, policy, BACKFILL_MODES[self.config.backfill])
         self._reservations = {}  # pool indices may have moved
 
     def _still_evicting(self, eviction: Eviction) -> bool:

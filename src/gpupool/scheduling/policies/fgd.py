@@ -58,7 +58,9 @@ class FGDPolicy(PolicyBase):
         self._index: FragmentationIndex | None = None
         self._snapshot: ClusterSnapshot | None = None
         self._chosen_pod: PodSpec | None = None
+        self._chosen_on: ClusterSnapshot | None = None
         self._chosen_gpu: IntArray = np.zeros(0, dtype=np.int64)
+        self._chosen_gen: IntArray = np.zeros(0, dtype=np.int64)
 
     def to_score(self, delta_scaled: FloatArray, total_weight: float) -> FloatArray:
         """Turn fragmentation deltas (times ``W``) into scores: FGD's truncated sigmoid."""
@@ -99,15 +101,28 @@ class FGDPolicy(PolicyBase):
         scores = np.zeros(snapshot.size, dtype=np.float64)
         scores[rows] = node_scores
         self._chosen_pod = pod
+        self._chosen_on = snapshot
         self._chosen_gpu = np.full(snapshot.size, -1, dtype=np.int64)
         self._chosen_gpu[rows] = node_gpu
+        self._chosen_gen = snapshot.node_gen.copy()
         return scores
 
     def select_gpus(self, snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> tuple[int, ...]:
-        """The GPU found while scoring for a share; the ``Sub`` choice otherwise."""
+        """The GPU found while scoring for a share; the ``Sub`` choice otherwise.
+
+        The remembered GPU is used only if the node has not changed since that scoring: the
+        scheduler skips scoring when one node is feasible, and the same pod may have been
+        scored before on a what-if (a victim search) where the GPU was free, which handed
+        out a GPU without room (found in the simulator with 16 reservations per pool).
+        """
         if not is_single_share(pod):
             return best_fit_gpus(snapshot, pod, node)
-        if self._chosen_pod is pod and self._chosen_gpu[node] >= 0:
+        if (
+            self._chosen_pod is pod
+            and self._chosen_on is snapshot
+            and self._chosen_gen[node] == snapshot.node_gen[node]
+            and self._chosen_gpu[node] >= 0
+        ):
             return (int(self._chosen_gpu[node]),)
         _, gpu = self._score_rows(snapshot, pod, np.array([node], dtype=np.int64))
         return (int(gpu[0]),)
