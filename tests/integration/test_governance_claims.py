@@ -18,6 +18,7 @@ from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.install.crds import apply_object, install_crds
 from gpupool.kube.install.device_classes import device_class_manifests
 from gpupool.kube.objects.dra import CLASSES_PATH
+from gpupool.kube.scheduler.claims import CLAIM_KEY
 from gpupool.store.queries import allocations_overlapping
 from gpupool.store.records import AuditAction
 
@@ -82,6 +83,11 @@ async def test_a_claim_share_is_judged_by_its_claims_compute_and_billed_once(
     await g.publish_usage({**usage, capped: (5.0, now), joined: (5.0, now)})
     await g.controller.run_pass()
     assert (await g.pod("idle"))["metadata"]["annotations"]["gpupool.io/governance-warned"]
+    snapshot = g.scheduler.state.snapshot
+    assert snapshot is not None
+    claims = [key for key in snapshot.allocations if key.startswith(CLAIM_KEY)]
+    assert len(claims) == 2  # capped's (joined shares it) and idle's
+    assert g.controller.stats.releases == 0  # a claim's holding is not a deleted pod's
     for name in ("capped", "joined"):
         annotations = (await g.pod(name))["metadata"].get("annotations", {})
         assert "gpupool.io/governance-warned" not in annotations, name

@@ -59,6 +59,10 @@ class Running:
         started_at: When it started, in seconds.
         expected_end: When it is expected to end (start plus the runtime estimated at start),
             for backfill reservations.
+        companions: Other snapshot holdings that go when this pod goes: the DRA claims it
+            alone reserves (their GPUs are held under the claim's name, the pod holds only its
+            CPU and memory). Without them a victim search or a reservation would see a claim
+            pod's eviction or end free no GPU at all.
     """
 
     workload: Workload
@@ -68,3 +72,9 @@ class Running:
     node: int
     started_at: float
     expected_end: float = float("inf")
+    companions: tuple[str, ...] = ()
+
+    @property
+    def holdings(self) -> tuple[str, ...]:
+        """Every snapshot name freed when the pod goes: its own, then its companions."""
+        return (self.workload.name, *self.companions)

@@ -13,11 +13,11 @@ pods queued behind it are overtaken by a stream of smaller ones whenever the hea
 theirs (measured: docs/benchmarks.md, the dynamic simulation). The engine's default therefore
 protects up to 16 pods above one GPU per pool, with reservations that follow their pods, ends
 expected by age and p90 runtimes for backfill (:class:`~.decisions.EngineOptions`; chosen by
-measurement, docs/benchmarks.md section 7, round three). Each reservation is found on the cluster as it is, not
-after the earlier reservations start: a later one is looked for away from the nodes the pool's
-earlier ones hold (else the pods queued behind the head, often of the head's shape, would all
-reserve the head's node and protect nothing more). That is coarser than conservative backfill's
-profile of every future start, and costs one sweep per reservation.
+measurement, docs/benchmarks.md section 7, round three). Each reservation is found on the
+cluster as it is, not after the earlier reservations start: a later one is looked for away from
+the nodes the pool's earlier ones hold (else the pods queued behind the head, often of the
+head's shape, would all reserve the head's node and protect nothing more). That is coarser than
+conservative backfill's profile of every future start, and costs one sweep per reservation.
 
 The sweep releases running pods on the snapshot in order of expected end and restores them, so
 the snapshot is left as it was (only generation counters move).
@@ -38,6 +38,7 @@ from gpupool.policy.workload import Workload
 
 if TYPE_CHECKING:
     from gpupool.scheduling.decisions import CycleRequest
+
 
 @dataclass(frozen=True, slots=True)
 class Reservation:

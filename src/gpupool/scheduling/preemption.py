@@ -186,7 +186,7 @@ def _victims_on_node(
     order = sorted(
         candidates, key=lambda r: (lost_gpu_seconds(r, now), -r.started_at, r.workload.name)
     )
-    removed: list[tuple[Running, Allocation]] = []
+    removed: list[tuple[Running, list[Allocation]]] = []
     spent: Counter[int] = Counter()
     try:
         fits = False
@@ -195,7 +195,7 @@ def _victims_on_node(
                 candidate.queue, 0
             ):
                 continue
-            removed.append((candidate, snapshot.release(candidate.workload.name)))
+            removed.append((candidate, _release(snapshot, candidate)))
             spent[candidate.queue] += candidate.units
             if enough([r for r, _ in removed]):
                 fits = True
@@ -204,18 +204,29 @@ def _victims_on_node(
             return None
         needed: list[Running] = []
         # put back whatever the pod can do without, costliest first
-        for candidate, allocation in sorted(
-            removed, key=lambda item: -lost_gpu_seconds(item[0], now)
-        ):
-            snapshot.bind(allocation.pod, allocation.node, allocation.gpus, running=True)
+        for item in sorted(removed, key=lambda item: -lost_gpu_seconds(item[0], now)):
+            candidate = item[0]
+            _restore(snapshot, item[1])
             others = [r for r, _ in removed if r is not candidate]
             if enough(others):
-                removed.remove((candidate, allocation))
+                removed.remove(item)
                 continue
-            snapshot.release(candidate.workload.name)
+            _release(snapshot, candidate)
             needed.append(candidate)
         lost = float(np.sum([lost_gpu_seconds(r, now) for r in needed]))
         return lost, tuple(sorted(r.workload.name for r in needed))
     finally:
-        for _, allocation in reversed(removed):
-            snapshot.bind(allocation.pod, allocation.node, allocation.gpus, running=True)
+        for _, allocations in reversed(removed):
+            _restore(snapshot, allocations)
+
+
+def _release(snapshot: ClusterSnapshot, victim: Running) -> list[Allocation]:
+    """Release what ``victim``'s eviction frees: the pod and its companions still held."""
+    freed = [snapshot.release(victim.workload.name)]
+    freed += [snapshot.release(n) for n in victim.companions if n in snapshot.allocations]
+    return freed
+
+
+def _restore(snapshot: ClusterSnapshot, allocations: list[Allocation]) -> None:
+    for allocation in reversed(allocations):
+        snapshot.bind(allocation.pod, allocation.node, allocation.gpus, running=True)

@@ -138,19 +138,17 @@ def expected_ends(
     queue_names: Sequence[str],
     by_age: bool,
 ) -> list[tuple[float, str]]:
-    """(expected end, pod name) of running pods: recorded at start, or by age.
+    """(expected end, snapshot name) of running pods and companions: at start, or by age.
 
     With ``by_age``: ``now`` plus what :meth:`RuntimeEstimator.remaining` expects of their age.
+    A pod's companions (the DRA claims only it reserves) end when it does.
     """
-    if not by_age:
-        return [(record.expected_end, name) for name, record in running.items()]
-    return [
-        (
-            now
-            + runtimes.remaining(
-                record.workload, queue_names[record.queue], now - record.started_at
-            ),
-            name,
-        )
-        for name, record in running.items()
-    ]
+    ends: list[tuple[float, str]] = []
+    for record in running.values():
+        if by_age:
+            queue = queue_names[record.queue]
+            end = now + runtimes.remaining(record.workload, queue, now - record.started_at)
+        else:
+            end = record.expected_end
+        ends.extend((end, name) for name in record.holdings)
+    return ends

@@ -186,16 +186,21 @@ async def test_a_claim_shared_by_two_pods_is_counted_once_and_released_after_bot
     snapshot = scheduler.state.snapshot
     assert snapshot is not None
     assert int((snapshot.gpu_free[0] == 0).sum()) == 1  # one GPU held, once
+    key = claim_key("uid-claim-shared")
+    assert all(
+        r.companions == () for r in scheduler.book.running.values()
+    )  # evicting one frees none
 
     delete_pod(scheduler, pods["a"])
     await run_cycles(scheduler, server, pods)
     assert _results(server, "shared")  # b still reserves it
+    assert scheduler.book.running["uid-b"].companions == (key,)  # b alone: its end frees the GPU
     delete_pod(scheduler, pods["b"])
     await run_cycles(scheduler, server, pods)
     assert not _results(server, "shared")
     assert "reservedFor" not in server.claims["shared"]["status"]
     assert ANNOTATION_CLAIM_ALLOCATION not in server.claims["shared"]["metadata"]["annotations"]
-    assert claim_key("uid-claim-shared") not in snapshot.allocations
+    assert key not in snapshot.allocations
     assert int((snapshot.gpu_free[0] == 1000).sum()) == NODE_GPUS
 
 

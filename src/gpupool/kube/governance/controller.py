@@ -59,7 +59,7 @@ from gpupool.kube.objects.vocabulary import (
     ANNOTATION_GOVERNANCE_WARNED,
 )
 from gpupool.kube.policy.book import expected_runtime
-from gpupool.kube.scheduler.claims import claim_gpus_by_pod
+from gpupool.kube.scheduler.claim_ledger import claim_gpus_by_pod
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.store.writer import StoreWriter
 

@@ -2,12 +2,16 @@
 
 The cache follows the pod watch; a missed deletion, a pod finished while the watch was down or
 a pod rebound by someone else would leave GPUs counted as taken that nobody uses, for as long
-as the scheduler runs. Each governance pass compares every allocation in the cache with a fresh
-LIST from the API server (:func:`gpupool.governance.rules.phantoms`), confirms each candidate
-with a direct read of the pod (a pod created after the LIST was taken must never be taken for a
-phantom), gives the watch a moment to deliver the news itself (a pod evicted a second ago is not
-a phantom), and releases the confirmed ones in the cache through its own informer handler, as if
-the missed event had arrived.
+as the scheduler runs. Each governance pass compares every pod's allocation in the cache with a
+fresh LIST from the API server (:func:`gpupool.governance.rules.phantoms`), confirms each
+candidate with a direct read of the pod (a pod created after the LIST was taken must never be
+taken for a phantom), gives the watch a moment to deliver the news itself (a pod evicted a
+second ago is not a phantom), and releases the confirmed ones in the cache through its own
+informer handler, as if the missed event had arrived.
+
+A DRA claim's holding (``claim:<uid>``) is no pod's and is left out: taken for a deleted pod,
+it freed an allocated claim's GPUs in the cache on every pass. The scheduler itself releases
+claims that no live pod reserves.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from gpupool.governance.rules import PodPlacement, phantoms
 from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.kube.client.informer import ADDED, DELETED
 from gpupool.kube.objects.records import ObjectMeta, PodRecord
+from gpupool.kube.scheduler.claims import CLAIM_KEY
 from gpupool.kube.scheduler.state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -43,7 +48,11 @@ async def find_phantoms(
     snapshot = state.snapshot
     if snapshot is None or not snapshot.allocations:
         return []
-    held = {uid: snapshot.node_names[alloc.node] for uid, alloc in snapshot.allocations.items()}
+    held = {  # a claim's holding is no pod's: the claim path releases claims nobody reserves
+        uid: snapshot.node_names[alloc.node]
+        for uid, alloc in snapshot.allocations.items()
+        if not uid.startswith(CLAIM_KEY)
+    }
     actual = {
         item["metadata"]["uid"]: PodPlacement(
             item["spec"].get("nodeName", ""), item.get("status", {}).get("phase") in FINISHED

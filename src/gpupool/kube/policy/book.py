@@ -174,6 +174,7 @@ class PolicyBook:
         pods: dict[str, PodRecord],
         foreign: set[str],
         claims: Mapping[str, PodSpec] | None = None,
+        companions: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         """Re-charge the pods in ``uids`` from what the snapshot holds for them now.
 
@@ -184,8 +185,10 @@ class PolicyBook:
             foreign: Pods held without a trusted record.
             claims: Pod uid to the GPUs of the DRA claim it is charged for (the claim holds
                 them in the snapshot, counted once: its first reserving pod pays).
+            companions: Pod uid to the claims it alone reserves (:attr:`Running.companions`).
         """
         claims = claims or {}
+        companions = companions or {}
         policy = self.policy
         if policy is None:
             return
@@ -215,6 +218,8 @@ class PolicyBook:
             claim = claims.get(uid)
             if claim is not None:
                 units += milli_units(claim, memory)
-            charged = Running(workload, queue, pool, units, held.node, start, end)
+            charged = Running(
+                workload, queue, pool, units, held.node, start, end, companions.get(uid, ())
+            )
             running[uid] = charged
             ledger.add(charged)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from gpupool.core.decisions import Bind
@@ -346,55 +346,3 @@ def _older(claim: ResourceClaim, known: ResourceClaim) -> bool:
         return int(claim.metadata.resource_version) < int(known.metadata.resource_version)
     except ValueError:
         return False
-
-
-def claim_charges(
-    book: ClaimBook,
-    snapshot: ClusterSnapshot,
-    pods: Mapping[str, PodRecord],
-    binds: Mapping[str, ClaimBind],
-) -> dict[str, PodSpec]:
-    """Pod uid to the GPUs of the claim its queue is charged for.
-
-    A claim's GPUs count once, to the pod that allocates it (while its write is in flight) or
-    else the first pod of ``reservedFor`` still alive: quotas see claim pods in the same GPU
-    units as any other pod, and a claim shared by several pods is not charged several times.
-    """
-    charges: dict[str, PodSpec] = {}
-    charged: set[str] = set()
-    for uid, bind in binds.items():
-        key = claim_key(bind.plan.claim.metadata.uid)
-        held = snapshot.allocations.get(key)
-        if bind.allocation is not None and held is not None:
-            charges[uid] = held.pod
-            charged.add(key)
-    for claim_uid, claim in book.by_uid.items():
-        key = claim_key(claim_uid)
-        held = snapshot.allocations.get(key)
-        if held is None or key in charged:
-            continue
-        owner = next((c.uid for c in claim.status.reserved_for if c.uid in pods), None)
-        if owner is not None:
-            charges.setdefault(owner, held.pod)
-    return charges
-
-
-def claim_gpus_by_pod(
-    book: ClaimBook, snapshot: ClusterSnapshot, pods: Mapping[str, PodRecord]
-) -> dict[str, PodSpec]:
-    """Pod uid to the GPUs of the claim it runs on, for every pod in a claim's ``reservedFor``.
-
-    Governance judges a claim pod by what its claim was given (a share's compute scales the
-    idle threshold), not by its own request, which has no GPUs: read from the pod, a claim
-    share running flat out at its cap would be held to the whole GPU's threshold and reclaimed
-    as idle. Unlike :func:`claim_charges`, every consumer of a shared claim is named.
-    """
-    gpus: dict[str, PodSpec] = {}
-    for claim_uid, claim in book.by_uid.items():
-        held = snapshot.allocations.get(claim_key(claim_uid))
-        if held is None:
-            continue
-        for consumer in claim.status.reserved_for:
-            if consumer.uid in pods:
-                gpus.setdefault(consumer.uid, held.pod)
-    return gpus

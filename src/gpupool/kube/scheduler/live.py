@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,7 +48,7 @@ from gpupool.kube.policy.status import Status, StatusWriter, live_statuses
 from gpupool.kube.scheduler.apply import Applier
 from gpupool.kube.scheduler.binder import Binder
 from gpupool.kube.scheduler.claim_informers import ClaimInformers
-from gpupool.kube.scheduler.claims import claim_charges
+from gpupool.kube.scheduler.claim_ledger import claim_charges, sole_claims
 from gpupool.kube.scheduler.config import DecisionHook, LiveConfig, LiveStats
 from gpupool.kube.scheduler.evictions import Eviction, Evictor
 from gpupool.kube.scheduler.intake import Intake
@@ -115,7 +116,8 @@ class LiveScheduler:
         self.placement = Scheduler(build_policy(self.config.policy, context))
         self.engine: PolicyEngine | None = None
         self._reservations: dict[int, tuple[Reservation, ...]] = {}
-        self._charges: dict[str, PodSpec] = {}  # pod uid -> its claim's GPUs, last cycle
+        # last cycle's pod uid -> its claim's GPUs, and -> the claims it alone reserves
+        self._claims: tuple[dict[str, PodSpec], dict[str, tuple[str, ...]]] = ({}, {})
         self.verdicts = Verdicts(self.state, self.queue, self.reports, self.metrics)
         self.intake = Intake(self.state, self.book, self.verdicts, self.stats, self.placement)
         self.binder = Binder(
@@ -266,11 +268,10 @@ class LiveScheduler:
             self.dra.release_unused()
         changed, state.held_changes = state.held_changes, set()
         charges = claim_charges(state.claims, snapshot, state.pods, state.claim_binds)
-        previous, self._charges = self._charges, charges
-        changed |= {
-            u for u in charges.keys() | previous.keys() if charges.get(u) != previous.get(u)
-        }
-        self.book.update(changed, snapshot, state.pods, state.foreign, charges)
+        companions = sole_claims(state.claims, snapshot, state.pods, state.claim_binds)
+        (old_charges, old_companions), self._claims = self._claims, (charges, companions)
+        changed |= _differ(charges, old_charges) | _differ(companions, old_companions)
+        self.book.update(changed, snapshot, state.pods, state.foreign, charges, companions)
         workloads = self.intake.workloads(self.intake.ready(self.preemptions.nominated))
         if not workloads:
             return
@@ -316,3 +317,8 @@ class LiveScheduler:
             entry.reason if (entry := entries.get(uid)) is not None else ""
             for uid in self.state.pending
         ]
+
+
+def _differ(now: Mapping[str, object], before: Mapping[str, object]) -> set[str]:
+    """The keys whose value changed, came or went."""
+    return {key for key in now.keys() | before.keys() if now.get(key) != before.get(key)}
