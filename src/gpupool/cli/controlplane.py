@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gpupool.kube.client.leader import LeaseConfig
     from gpupool.kube.controlplane.service import ServiceConfig
     from gpupool.kube.governance.controller import GovernanceConfig
+    from gpupool.kube.scheduler.config import LiveConfig
 
 Kubeconfig = Annotated[
     Path | None,
@@ -126,9 +127,7 @@ def control_plane(
 ) -> None:
     """Run the scheduler live: one active replica per Lease, the others on standby."""
     from gpupool.kube.controlplane.http import parse_address
-    from gpupool.kube.controlplane.service import ServiceConfig, default_identity
-    from gpupool.kube.scheduler.config import LIVE_POLICIES, LiveConfig
-    from gpupool.scheduling.decisions import BACKFILL_MODES
+    from gpupool.kube.controlplane.service import ServiceConfig
 
     _check_kubeconfig(kubeconfig)
     try:
@@ -142,22 +141,9 @@ def control_plane(
             "port-forward makes every caller look local"
         )
     start_logging(log_level_of(log_level))
-    if policy not in LIVE_POLICIES:
-        raise fail(f"--policy: {policy!r} is not one of {', '.join(LIVE_POLICIES)}")
-    if bind_concurrency < 1:
-        raise fail("--bind-concurrency: must be >= 1")
+    live = _live(identity, scheduler_name, policy, bind_concurrency, backfill, claims)
     lease = _lease(
         lease_namespace, lease_name, (lease_duration, renew_deadline, retry_period), create_lease
-    )
-    if backfill not in BACKFILL_MODES:
-        raise fail(f"--backfill: {backfill!r} is not one of {', '.join(BACKFILL_MODES)}")
-    live = LiveConfig(
-        identity=identity or default_identity(),
-        scheduler_name=scheduler_name,
-        policy=policy,
-        bind_concurrency=bind_concurrency,
-        backfill=backfill,
-        claims=claims,
     )
     face: FaceFactory | None = face_builder(api_audience, insecure_local) if api else None
     governance_config = None
@@ -179,6 +165,35 @@ def control_plane(
         create_signing_key=create_signing_key,
     )
     _serve(config, http_address)
+
+
+def _live(
+    identity: str,
+    scheduler_name: str,
+    policy: str,
+    bind_concurrency: int,
+    backfill: str,
+    claims: bool,
+) -> LiveConfig:
+    """The scheduler's settings, each option checked by its name."""
+    from gpupool.kube.controlplane.service import default_identity
+    from gpupool.kube.scheduler.config import LIVE_POLICIES, LiveConfig
+    from gpupool.scheduling.decisions import BACKFILL_MODES
+
+    if policy not in LIVE_POLICIES:
+        raise fail(f"--policy: {policy!r} is not one of {', '.join(LIVE_POLICIES)}")
+    if bind_concurrency < 1:
+        raise fail("--bind-concurrency: must be >= 1")
+    if backfill not in BACKFILL_MODES:
+        raise fail(f"--backfill: {backfill!r} is not one of {', '.join(BACKFILL_MODES)}")
+    return LiveConfig(
+        identity=identity or default_identity(),
+        scheduler_name=scheduler_name,
+        policy=policy,
+        bind_concurrency=bind_concurrency,
+        backfill=backfill,
+        claims=claims,
+    )
 
 
 def _check_kubeconfig(kubeconfig: Path | None) -> None:
