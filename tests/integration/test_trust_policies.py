@@ -29,7 +29,7 @@ from gpupool.agent.dra_slice import ResourceSlicePublisher
 from gpupool.agent.inventory import NodePublication, NodePublisher, publication
 from gpupool.agent.nvml import GpuDevice
 from gpupool.devcluster.controlplane import LocalControlPlane
-from gpupool.kube.client.api import ApiError, KubeAPI
+from gpupool.kube.client.api import MERGE_PATCH, ApiError, KubeAPI
 from gpupool.kube.install.admission_policy import (
     AGENT_POLICY_NAME,
     BYPASS_POLICY_NAME,
@@ -242,6 +242,17 @@ async def _forbidden(write: Any) -> str:
     return refused.value.message
 
 
+async def _refused_dry_run(api: KubeAPI, path: str, patch: Json) -> bool:
+    """Whether admission refuses ``patch`` of ``path`` (a dry run: nothing is written)."""
+    try:
+        await api.request(
+            "PATCH", path, body=patch, params={"dryRun": "All"}, content_type=MERGE_PATCH
+        )
+    except ApiError as error:
+        return error.status == 403
+    return False
+
+
 def _event(node: str, namespace: str) -> tuple[str, Json]:
     pod = PodRecord(metadata=ObjectMeta(name="victim", namespace=namespace, uid="u-1"))
     return pod_event(
@@ -277,7 +288,15 @@ async def test_an_agent_token_changes_only_its_own_node(
         stored = await api.get(f"/api/v1/nodes/{node_a}")
         assert stored["metadata"]["labels"]["gpupool.io/probe"] == "1"
         assert stored["metadata"]["annotations"]["gpupool.io/gpu-uuids"] == "GPU-a,GPU-b"
-        # node B: refused, also through nodes/status and through the agent's own code
+        # node B: refused, also through nodes/status and through the agent's own code; the
+        # node policy is waited for as the fixture waits for the pod policy (an API server
+        # enforces each newly written policy after its own delay; once, in a clean-clone run
+        # where other modules had installed the policies again, node B's patch went through)
+        await wait_for(
+            lambda: _refused_dry_run(agent, f"/api/v1/nodes/{node_b}", label),
+            30,
+            "the agent node policy to be enforced",
+        )
         message = await _forbidden(agent.patch(f"/api/v1/nodes/{node_b}", label))
         assert (
             f"{AGENT_WHY}: system:serviceaccount:kube-system:gpupool-agent has a token for node "
