@@ -175,25 +175,22 @@ def _live(
     backfill: str,
     claims: bool,
 ) -> LiveConfig:
-    """The scheduler's settings, each option checked by its name."""
+    """The scheduler's settings; :class:`LiveConfig` checks them, the error names the option."""
     from gpupool.kube.controlplane.service import default_identity
-    from gpupool.kube.scheduler.config import LIVE_POLICIES, LiveConfig
-    from gpupool.scheduling.decisions import BACKFILL_MODES
+    from gpupool.kube.scheduler.config import LiveConfig
 
-    if policy not in LIVE_POLICIES:
-        raise fail(f"--policy: {policy!r} is not one of {', '.join(LIVE_POLICIES)}")
-    if bind_concurrency < 1:
-        raise fail("--bind-concurrency: must be >= 1")
-    if backfill not in BACKFILL_MODES:
-        raise fail(f"--backfill: {backfill!r} is not one of {', '.join(BACKFILL_MODES)}")
-    return LiveConfig(
-        identity=identity or default_identity(),
-        scheduler_name=scheduler_name,
-        policy=policy,
-        bind_concurrency=bind_concurrency,
-        backfill=backfill,
-        claims=claims,
-    )
+    try:
+        return LiveConfig(
+            identity=identity or default_identity(),
+            scheduler_name=scheduler_name,
+            policy=policy,
+            bind_concurrency=bind_concurrency,
+            backfill=backfill,
+            claims=claims,
+        )
+    except ValueError as error:
+        field, _, message = str(error).partition(": ")
+        raise fail(f"--{field.replace('_', '-')}: {message}") from None
 
 
 def _check_kubeconfig(kubeconfig: Path | None) -> None:
