@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -125,8 +126,9 @@ class Reservations:
     offered load 1.2) and each node it left filled up again with the pods the reservation had
     kept off it. Then the pool's blocked pods without one get one, in serving order, once per
     cycle, until the pool holds ``per_pool``. One sweep of the running pods per reservation,
-    not per backfill candidate. With ``follow``, a pool no pod was tried behind this cycle keeps
-    its reservations as they were (without, they are found afresh next cycle, as EASY does).
+    not per backfill candidate. With ``follow``, every pool's blocked pods are given theirs at
+    the cycle's end (``hold_for``) whether or not a pod was tried behind them (without, they are
+    found afresh next cycle, as EASY does).
 
     Args:
         request: The cycle's request (snapshot, running pods and their expected ends, ``now``,
@@ -193,6 +195,24 @@ class Reservations:
             if found is not None:
                 made.append(found)
         return made
+
+    def hold_for(
+        self,
+        blocked: Mapping[int, Sequence[Blocked]],
+        checks_of: Callable[[int, Blocked], tuple[NodeCheck, ...]],
+    ) -> None:
+        """With ``follow``, every pool's blocked pods get their reservations at the cycle's end.
+
+        Not only when a pod was tried behind them: the live scheduler parks a pod nothing fits
+        and tries it later on its own, so a reservation made only when another pod shared its
+        cycle was never made, and a small long pod arriving alone took the room the large ones
+        waited for (seen with the control plane on the dev cluster). Made reservations are
+        carried to the next cycle, so this sweeps only for new ones.
+        """
+        if not self.follow:
+            return
+        for pool, heads in blocked.items():
+            self.of(pool, heads, partial(checks_of, pool))
 
     def _find(
         self,

@@ -116,6 +116,9 @@ class Cycle:
                     decisions.append(Wait(workload, queue, self._all_closed_reason()))
                     continue
                 decisions.append(self._decide(workload, queue))
+            self.reservations.hold_for(
+                self.blocked, lambda pool, head: self.checks(pool, head.workload, head.queue)
+            )
         finally:
             for name in reversed(self.bound):
                 self.snapshot.release(name)

@@ -220,9 +220,11 @@ async def serve(config: ServiceConfig) -> int:
     ]
     serving = asyncio.create_task(http.serve() if http is not None else stop.wait())
     log.info(
-        "%s: scheduling pods with schedulerName=%s",
+        "%s: scheduling pods with schedulerName=%s (policy %s, backfill %s)",
         config.live.identity,
         config.live.scheduler_name,
+        config.live.policy,
+        config.live.backfill,
     )
     try:
         done, _ = await asyncio.wait(

@@ -35,9 +35,13 @@ def ordering_wait(reason: str) -> bool:
     Such a pod (behind a blocked pod of its pool, past the cycle's backfill depth, or the same
     size as one that failed this cycle) has had no verdict of its own: it is tried again in the
     next cycle instead of being parked until capacity changes, and no reason is written for it,
-    so every pending pod ends with its own reason, as under kube-scheduler.
+    so every pending pod ends with its own reason, as under kube-scheduler. A pod that would
+    delay a backfill reservation has one (its own runtime decides it): it is parked with that
+    reason. Retried at once, it was tried alone in the next cycle, where nothing was blocked
+    and nothing reserved, and took the node the large pod waited for; with reservations that
+    hold across cycles it would be refused again in a loop.
     """
-    return reason.startswith(("waiting behind ", "backfill: ")) or reason.endswith(" this cycle")
+    return reason.startswith("waiting behind ") or reason.endswith(" this cycle")
 
 
 @dataclass

@@ -71,8 +71,14 @@ class Intake:
         self.seen: set[str] = set()  # pods shown to the policy (online learning)
         self._raise_label = os.environ.get(FAILPOINT_RAISE_LABEL, "")
 
-    def ready(self, nominated: Iterable[str]) -> list[str]:
-        """The uids to decide now: those the queue releases, in pod order, then nominees."""
+    def ready(self, every_cycle: Iterable[str]) -> list[str]:
+        """The uids to decide now: those the queue releases, in pod order, then ``every_cycle``.
+
+        ``every_cycle``: pods tried in every cycle whatever their queue entry says, the
+        nominees and the holders of backfill reservations: a parked holder would lose its
+        reservation (a cycle keeps only its own pods'), and pods arriving after it would take
+        the node it waits for.
+        """
         state = self.state
         pods = state.pods
         ready = self.verdicts.queue.pop_active(
@@ -80,7 +86,7 @@ class Intake:
             state.capacity_epoch,
             lambda uid: pod_order(pods[uid]) if uid in pods else (0, "", "", uid),
         )
-        return list(dict.fromkeys([*ready, *nominated]))
+        return list(dict.fromkeys([*ready, *every_cycle]))
 
     def workloads(self, uids: Iterable[str]) -> list[Workload]:
         """The pending pods among ``uids`` as workloads; the others leave the queue."""

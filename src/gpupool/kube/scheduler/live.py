@@ -272,7 +272,8 @@ class LiveScheduler:
         (old_charges, old_companions), self._claims = self._claims, (charges, companions)
         changed |= _differ(charges, old_charges) | _differ(companions, old_companions)
         self.book.update(changed, snapshot, state.pods, state.foreign, charges, companions)
-        workloads = self.intake.workloads(self.intake.ready(self.preemptions.nominated))
+        ready = self.intake.ready([*self.preemptions.nominated, *_holders(self._reservations)])
+        workloads = self.intake.workloads(ready)
         if not workloads:
             return
         request = self._request(snapshot, workloads)
@@ -281,6 +282,8 @@ class LiveScheduler:
         each = (time.perf_counter() - started) / len(workloads)
         for _ in workloads:
             self.metrics.latency.observe(each)
+        if _holders(self._reservations) - _holders(result.reservations):
+            state.capacity_epoch += 1  # the room they held is open to the pods they kept out
         self._reservations = result.reservations
         if await self.applier.apply(snapshot, engine, request, result):
             self.wake.set()  # pods deferred behind others: try them again next cycle
@@ -322,3 +325,13 @@ class LiveScheduler:
 def _differ(now: Mapping[str, object], before: Mapping[str, object]) -> set[str]:
     """The keys whose value changed, came or went."""
     return {key for key in now.keys() | before.keys() if now.get(key) != before.get(key)}
+
+
+def _holders(reservations: Mapping[int, tuple[Reservation, ...]]) -> set[str]:
+    """The pods holding backfill reservations.
+
+    One that loses its reservation (it was placed, went, or another took precedence) opens
+    its room to the pods parked with "backfill: would delay ...": they wait for that, not for
+    capacity to be released, so the epoch moves for them or they would sit out the flush.
+    """
+    return {r.pod for held in reservations.values() for r in held}
