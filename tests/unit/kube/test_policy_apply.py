@@ -7,106 +7,40 @@ request, so each test can check exactly what the scheduler asked for.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 from typing import Any
 
-import httpx2
-import msgspec
-
-from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.client.informer import ADDED, DELETED
 from gpupool.kube.objects import allocation
-from gpupool.kube.objects.records import PolicyObjectRecord
 from gpupool.kube.policy.book import epoch_seconds
 from gpupool.kube.scheduler.apply import ordering_wait
-from gpupool.kube.scheduler.config import LiveConfig
-from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.scheduling.runtime import DEFAULT_RUNTIME
 
 from .builders import SIGNER, annotated, node, pod
+from .live_recorder import Recorder, add_policy, live_scheduler, reasons_of, reports_of, settle
 
 Json = dict[str, Any]
 
 
-class Recorder:
-    """Answers like the API server; ``evictions`` is the status every eviction gets."""
-
-    def __init__(self, evictions: int = 201) -> None:
-        self.requests: list[tuple[str, str, Json]] = []
-        self.evictions = evictions
-
-    def __call__(self, request: httpx2.Request) -> httpx2.Response:
-        body = json.loads(request.content) if request.content else {}
-        self.requests.append((request.method, request.url.path, body))
-        if request.url.path.endswith("/eviction") and self.evictions == 429:
-            message = "Cannot evict pod as it would violate the pod's disruption budget."
-            return httpx2.Response(429, json={"kind": "Status", "code": 429, "message": message})
-        return httpx2.Response(201, json={})
-
-    def posted(self, suffix: str) -> list[tuple[str, Json]]:
-        return [(path, body) for method, path, body in self.requests if path.endswith(suffix)]
-
-
-def _scheduler(recorder: Recorder) -> LiveScheduler:
-    client = httpx2.AsyncClient(base_url="https://api", transport=httpx2.MockTransport(recorder))
-    scheduler = LiveScheduler(KubeAPI(client), LiveConfig(identity="test"), signer=SIGNER)
-    scheduler.state.restart()
-    scheduler.leading = True
-    return scheduler
-
-
-def _policy(scheduler: LiveScheduler, kind: str, name: str, spec: Json) -> None:
-    body = {"metadata": {"name": name, "uid": f"uid-{name}"}, "spec": spec}
-    record = msgspec.json.decode(msgspec.json.encode(body), type=PolicyObjectRecord)
-    informer = scheduler.policies.pools if kind == "GPUPool" else scheduler.policies.queues
-    informer.store[record.metadata.uid] = record
-    informer.handler(ADDED, record)
-
-
-def _reports(scheduler: LiveScheduler) -> list[tuple[str, str, Json, str]]:
-    items: list[tuple[str, str, Json, str]] = []
-    while not scheduler.reports.queue.empty():
-        items.append(scheduler.reports.queue.get_nowait())
-    return items
-
-
-def _reasons(reports: list[tuple[str, str, Json, str]]) -> dict[str, str]:
-    """Pod name to the PodScheduled=False message written for it."""
-    found = {}
-    for method, path, body, _ in reports:
-        if method == "PATCH" and "conditions" in body.get("status", {}):
-            found[path.split("/")[-2]] = body["status"]["conditions"][0]["message"]
-    return found
-
-
-async def _settle(scheduler: LiveScheduler) -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
-    if scheduler.binder.tasks:
-        await asyncio.gather(*scheduler.binder.tasks)
-
-
 async def test_admit_binds_with_pool_and_queue_and_a_ceiling_holds_the_next_pod() -> None:
     recorder = Recorder()
-    scheduler = _scheduler(recorder)
-    _policy(scheduler, "GPUPool", "x", {"mode": "Exclusive", "nodeSelector": {"pool": "x"}})
-    _policy(
+    scheduler = live_scheduler(recorder)
+    add_policy(scheduler, "GPUPool", "x", {"mode": "Exclusive", "nodeSelector": {"pool": "x"}})
+    add_policy(
         scheduler, "GPUQueue", "q", {"namespaces": ["ml"], "quotas": [{"pool": "x", "ceiling": 1}]}
     )
     scheduler._on_node(ADDED, node("n0", gpus=2, labels={"pool": "x"}))
     scheduler._on_pod(ADDED, pod("first", namespace="ml", gpus=1, created="2025-01-01T00:00:00Z"))
     scheduler._on_pod(ADDED, pod("second", namespace="ml", gpus=1, created="2025-01-01T00:00:05Z"))
     await scheduler.cycle()
-    await _settle(scheduler)
+    await settle(scheduler)
 
     ((path, body),) = recorder.posted("/binding")
     assert path == "/api/v1/namespaces/ml/pods/first/binding"
     record = allocation.decode(body["metadata"]["annotations"]["gpupool.io/allocation"])
     assert (record.pool, record.queue, record.node) == ("x", "q", "n0")
     assert SIGNER.verify(record, "uid-first")  # the new fields are signed too
-    reasons = _reasons(_reports(scheduler))
+    reasons = reasons_of(reports_of(scheduler))
     assert reasons == {"second": "queue q: ceiling 1 GPU units reached in pool x"}
     # the admitted pod is charged to its queue, incrementally, at the next cycle
     await scheduler.cycle()
@@ -118,7 +52,7 @@ async def test_preemption_evicts_nominates_and_binds_the_preemptor_once_the_vict
     None
 ):
     recorder = Recorder()
-    scheduler = _scheduler(recorder)
+    scheduler = live_scheduler(recorder)
     scheduler._on_node(ADDED, node("n0", gpus=1))
     low = pod(
         "low", gpus=1, node="n0", priority=1, annotations=annotated("n0", (0,), uid="uid-low")
@@ -126,18 +60,18 @@ async def test_preemption_evicts_nominates_and_binds_the_preemptor_once_the_vict
     scheduler._on_pod(ADDED, low)
     scheduler._on_pod(ADDED, pod("high", gpus=1, priority=100))
     await scheduler.cycle()
-    await _settle(scheduler)
+    await settle(scheduler)
 
     ((path, body),) = recorder.posted("/eviction")
     assert path == "/api/v1/namespaces/default/pods/low/eviction"
     assert body["deleteOptions"]["preconditions"]["uid"] == "uid-low"
     assert scheduler.preemptions.nominated == {"uid-high": "n0"}
-    reports = _reports(scheduler)
+    reports = reports_of(scheduler)
     assert any(b.get("status") == {"nominatedNodeName": "n0"} for _, _, b, _ in reports)
     notes = {b["regarding"]["name"]: b["note"] for m, _, b, _ in reports if m == "POST"}
     assert "default/high" in notes["low"]
     assert "rule priority" in notes["low"]
-    assert _reasons(reports)["high"].startswith("nominated to node n0")
+    assert reasons_of(reports)["high"].startswith("nominated to node n0")
 
     # the victim terminates (still holding its GPU): the preemptor waits, nobody else is evicted
     scheduler._on_pod(
@@ -153,13 +87,13 @@ async def test_preemption_evicts_nominates_and_binds_the_preemptor_once_the_vict
         ),
     )
     await scheduler.cycle()
-    await _settle(scheduler)
+    await settle(scheduler)
     assert len(recorder.posted("/eviction")) == 1
     assert not recorder.posted("/binding")
 
     scheduler._on_pod(DELETED, low)
     await scheduler.cycle()
-    await _settle(scheduler)
+    await settle(scheduler)
     ((path, _),) = recorder.posted("/binding")
     assert path == "/api/v1/namespaces/default/pods/high/binding"
     assert scheduler.preemptions.nominated == {}
@@ -168,7 +102,7 @@ async def test_preemption_evicts_nominates_and_binds_the_preemptor_once_the_vict
 
 async def test_a_budget_refusing_the_eviction_becomes_the_preemptors_reason() -> None:
     recorder = Recorder(evictions=429)
-    scheduler = _scheduler(recorder)
+    scheduler = live_scheduler(recorder)
     scheduler._on_node(ADDED, node("n0", gpus=1))
     scheduler._on_pod(
         ADDED,
@@ -177,11 +111,11 @@ async def test_a_budget_refusing_the_eviction_becomes_the_preemptors_reason() ->
     scheduler._on_pod(ADDED, pod("high", gpus=1, priority=100))
     try:
         await scheduler.cycle()
-        await _settle(scheduler)
+        await settle(scheduler)
         assert "disruption budget" in scheduler.preemptions.evictor.blocked_reason("uid-high")
-        _reports(scheduler)
+        reports_of(scheduler)
         await scheduler.cycle()  # the refusal woke the loop; the nominated pod is decided again
-        reason = _reasons(_reports(scheduler))["high"]
+        reason = reasons_of(reports_of(scheduler))["high"]
         assert reason.startswith("waiting for eviction of default/low: a PodDisruptionBudget")
         assert not recorder.posted("/binding")
         assert all(method != "DELETE" for method, _, _ in recorder.requests)
@@ -199,16 +133,16 @@ def test_only_waits_behind_other_pods_are_retried_at_once() -> None:
 
 
 async def test_status_reports_a_node_two_pools_select_and_a_queue_left_out() -> None:
-    scheduler = _scheduler(Recorder())
-    _policy(scheduler, "GPUPool", "a", {"mode": "Exclusive", "nodeSelector": {"rack": "1"}})
-    _policy(scheduler, "GPUPool", "b", {"mode": "Shared", "nodeSelector": {"rack": "1"}})
-    _policy(scheduler, "GPUPool", "c", {"mode": "Exclusive", "nodeSelector": {"rack": "2"}})
-    _policy(scheduler, "GPUQueue", "lost", {"namespaces": ["x"], "quotas": [{"pool": "zz"}]})
+    scheduler = live_scheduler(Recorder())
+    add_policy(scheduler, "GPUPool", "a", {"mode": "Exclusive", "nodeSelector": {"rack": "1"}})
+    add_policy(scheduler, "GPUPool", "b", {"mode": "Shared", "nodeSelector": {"rack": "1"}})
+    add_policy(scheduler, "GPUPool", "c", {"mode": "Exclusive", "nodeSelector": {"rack": "2"}})
+    add_policy(scheduler, "GPUQueue", "lost", {"namespaces": ["x"], "quotas": [{"pool": "zz"}]})
     scheduler._on_node(ADDED, node("both", gpus=4, labels={"rack": "1"}))
     scheduler._on_node(ADDED, node("only-c", gpus=8, labels={"rack": "2"}))
     scheduler._on_pod(ADDED, pod("p", gpus=1))  # whole GPU: the Exclusive pools, not the node
     await scheduler.cycle()
-    await _settle(scheduler)
+    await settle(scheduler)
     await scheduler.cycle()
     status = scheduler.desired_status()
     pool_a = status["/apis/gpupool.io/v1alpha1/gpupools/a"]
@@ -230,7 +164,7 @@ async def test_status_reports_a_node_two_pools_select_and_a_queue_left_out() -> 
 
 async def test_a_nomination_is_given_up_when_its_victims_are_gone_and_the_room_was_taken() -> None:
     recorder = Recorder()
-    scheduler = _scheduler(recorder)
+    scheduler = live_scheduler(recorder)
     scheduler._on_node(ADDED, node("n0", gpus=1))
     low = pod(
         "low", gpus=1, node="n0", priority=1, annotations=annotated("n0", (0,), uid="uid-low")
@@ -238,20 +172,20 @@ async def test_a_nomination_is_given_up_when_its_victims_are_gone_and_the_room_w
     scheduler._on_pod(ADDED, low)
     scheduler._on_pod(ADDED, pod("high", gpus=1, priority=100))
     await scheduler.cycle()
-    await _settle(scheduler)
+    await settle(scheduler)
     assert scheduler.preemptions.nominated == {"uid-high": "n0"}
     # the victim goes, but another scheduler's pod takes the GPU first
     scheduler._on_pod(DELETED, low)
     scheduler.state.sync()  # the release is seen before the other pod (no cycle in between)
     scheduler._on_pod(ADDED, pod("other", gpus=1, node="n0", scheduler="default-scheduler"))
     await scheduler.cycle()
-    await _settle(scheduler)
+    await settle(scheduler)
     assert scheduler.preemptions.nominated == {}
     assert not recorder.posted("/binding")
 
 
 async def test_a_pod_that_succeeds_teaches_its_queue_a_runtime() -> None:
-    scheduler = _scheduler(Recorder())
+    scheduler = live_scheduler(Recorder())
     scheduler._on_node(ADDED, node("n0", gpus=1))
     bound = pod("job", gpus=1, node="n0", annotations=annotated("n0", (0,), uid="uid-job"))
     scheduler._on_pod(ADDED, bound)
@@ -281,7 +215,7 @@ async def test_a_pod_that_succeeds_teaches_its_queue_a_runtime() -> None:
 async def test_a_pod_whose_selector_rules_out_the_cheapest_victim_evicts_on_its_own_node() -> None:
     """young on n1 would lose least, but the preemptor's selector names n0: old is evicted."""
     recorder = Recorder()
-    scheduler = _scheduler(recorder)
+    scheduler = live_scheduler(recorder)
     scheduler._on_node(ADDED, node("n0", gpus=1, labels={"zone": "a"}))
     scheduler._on_node(ADDED, node("n1", gpus=1, labels={"zone": "b"}))
     for name, at, started in (
@@ -295,9 +229,10 @@ async def test_a_pod_whose_selector_rules_out_the_cheapest_victim_evicts_on_its_
         scheduler._on_pod(ADDED, bound)
     scheduler._on_pod(ADDED, pod("high", gpus=1, priority=100, selector={"zone": "a"}))
     await scheduler.cycle()
-    await _settle(scheduler)
+    await settle(scheduler)
 
     ((path, _),) = recorder.posted("/eviction")
     assert path == "/api/v1/namespaces/default/pods/old/eviction"
     assert scheduler.preemptions.nominated == {"uid-high": "n0"}
-    assert _reasons(_reports(scheduler))["high"].startswith("nominated to node n0: preempting 1")
+    reason = reasons_of(reports_of(scheduler))["high"]
+    assert reason.startswith("nominated to node n0: preempting 1")

@@ -23,6 +23,7 @@ from gpupool.kube.policy.book import PolicyBook
 from gpupool.kube.scheduler.binder import Binder
 from gpupool.kube.scheduler.config import LiveStats
 from gpupool.kube.scheduler.preempting import Preemptions
+from gpupool.kube.scheduler.reason_text import readable
 from gpupool.kube.scheduler.state import ClusterState
 from gpupool.kube.scheduler.verdicts import Verdicts
 from gpupool.scheduling.decisions import Admit, CycleRequest, CycleResult, Preempt
@@ -84,7 +85,7 @@ class Applier:
                 deferred = True
             else:
                 reason = self.preemptions.waiting_reason(
-                    pod.metadata.uid, decision.reason, self.state.pods
+                    pod.metadata.uid, readable(decision.reason, self.state.pods), self.state.pods
                 )
                 self.verdicts.unschedulable(pod, reason)
         for pod, bind, pool_name, queue_name in admitted:

@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -118,6 +118,7 @@ class LiveScheduler:
         self._reservations: dict[int, tuple[Reservation, ...]] = {}
         # last cycle's pod uid -> its claim's GPUs, and -> the claims it alone reserves
         self._claims: tuple[dict[str, PodSpec], dict[str, tuple[str, ...]]] = ({}, {})
+        self._deferred_in: Hashable = None  # the inputs of the last cycle that deferred pods
         self.verdicts = Verdicts(self.state, self.queue, self.reports, self.metrics)
         self.intake = Intake(self.state, self.book, self.verdicts, self.stats, self.placement)
         self.binder = Binder(
@@ -285,8 +286,14 @@ class LiveScheduler:
         if _holders(self._reservations) - _holders(result.reservations):
             state.capacity_epoch += 1  # the room they held is open to the pods they kept out
         self._reservations = result.reservations
-        if await self.applier.apply(snapshot, engine, request, result):
-            self.wake.set()  # pods deferred behind others: try them again next cycle
+        deferred = await self.applier.apply(snapshot, engine, request, result)
+        inputs = (state.capacity_epoch, frozenset(ready), frozenset(_holders(result.reservations)))
+        if deferred and inputs != self._deferred_in:
+            # pods deferred behind others: try them again next cycle, but not again and again
+            # when it had the same inputs (a blocked holder is tried in every cycle, so the
+            # pods behind it were deferred for ever, a busy loop); the next event wakes them
+            self._deferred_in = inputs
+            self.wake.set()
             await asyncio.sleep(0)  # after letting watches and lease renewals in
 
     def _request(self, snapshot: ClusterSnapshot, workloads: list[Workload]) -> CycleRequest:

@@ -1,0 +1,106 @@
+"""Backfill reservations in the live scheduler hold across cycles, as the engine's do in the sim.
+
+The live scheduler parks a pod nothing fits and tries it again only when capacity changes, so
+a pod arriving later is often decided in a cycle of its own. These tests put the two in
+separate cycles, as the control plane on the dev cluster did when the large pod lost its node.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from gpupool.kube.client.informer import ADDED
+from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.scheduler.config import LiveConfig
+from gpupool.kube.scheduler.live import LiveScheduler
+
+from .builders import annotated, node, pod
+from .live_recorder import Recorder, live_scheduler, reasons_of, reports_of, settle
+
+
+def _uid(name: str) -> str:
+    """A UID as the API server writes them (the reason names the pod, not this)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, name))
+
+
+def _now() -> str:
+    return datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _running(name: str, at: str, gpus: tuple[int, ...], runtime: str) -> PodRecord:
+    return pod(
+        name,
+        uid=_uid(name),
+        gpus=len(gpus),
+        node=at,
+        phase="Running",
+        created=_now(),
+        annotations={
+            **annotated(at, gpus, uid=_uid(name)),
+            "gpupool.io/expected-runtime": runtime,
+        },
+    )
+
+
+def _pending(name: str, gpus: int, runtime: str) -> PodRecord:
+    return pod(
+        name,
+        uid=_uid(name),
+        gpus=gpus,
+        created=_now(),
+        annotations={"gpupool.io/expected-runtime": runtime},
+    )
+
+
+async def _cluster(backfill: str) -> tuple[Recorder, LiveScheduler]:
+    """n0 full for an hour; n1 with 3 of 4 GPUs busy for two minutes; a 4-GPU pod waits."""
+    recorder = Recorder()
+    scheduler = live_scheduler(recorder, LiveConfig(identity="test", backfill=backfill))
+    for name in ("n0", "n1"):
+        scheduler._on_node(ADDED, node(name, gpus=4))
+    scheduler._on_pod(ADDED, _running("long", "n0", (0, 1, 2, 3), "3600"))
+    scheduler._on_pod(ADDED, _running("short", "n1", (0, 1, 2), "120"))
+    scheduler._on_pod(ADDED, _pending("big", 4, "600"))
+    await scheduler.cycle()
+    await settle(scheduler)
+    return recorder, scheduler
+
+
+async def test_a_long_pod_arriving_alone_is_kept_off_the_node_a_large_pod_waits_for() -> None:
+    recorder, scheduler = await _cluster("large-pods")
+    scheduler._on_pod(ADDED, _pending("small", 1, "9000"))
+    await scheduler.cycle()
+    await settle(scheduler)
+
+    assert recorder.posted("/binding") == []
+    reason = reasons_of(reports_of(scheduler))["small"]
+    assert reason.startswith("backfill: would delay default/big, reserved on node n1 from 20")
+
+
+async def test_a_short_pod_arriving_alone_still_backfills() -> None:
+    recorder, scheduler = await _cluster("large-pods")
+    scheduler._on_pod(ADDED, _pending("quick", 1, "60"))
+    await scheduler.cycle()
+    await settle(scheduler)
+
+    ((path, _),) = recorder.posted("/binding")
+    assert path.endswith("/pods/quick/binding")
+
+
+@pytest.mark.parametrize("backfill", ["strict", "large-pods"])
+async def test_pods_deferred_behind_a_holder_do_not_keep_the_scheduler_busy(backfill: str) -> None:
+    """The holder is tried in every cycle; a pod behind it must not be retried in a loop."""
+    _, scheduler = await _cluster(backfill)
+    scheduler._on_pod(ADDED, _pending("behind", 4, "600"))  # same shape: no room this cycle
+    before = scheduler.stats.cycles
+    for _ in range(5):
+        await scheduler.cycle()
+        if not scheduler.wake.is_set():
+            break
+        scheduler.wake.clear()
+    assert not scheduler.wake.is_set()
+    assert scheduler.stats.cycles - before <= 3
