@@ -65,6 +65,23 @@ class GpuEligibility:
             passed[node] = int(free.sum()) >= pod.gpu_count
         return REASON_NO_ELIGIBLE, passed
 
+    def once_freed(self, snapshot: ClusterSnapshot, pod: PodSpec) -> NodeCheck:
+        """Nodes whose eligible GPUs (or MIG instances) could hold ``pod`` once their pods went.
+
+        For the victim search and backfill reservations, which ask where room could be made
+        or will come: :meth:`check` passes only nodes with room now, so a claim pod on a full
+        cluster found no node to preempt on and never held a reservation (a 2-GPU claim pod of
+        priority 1000 waited for ever behind a 4-GPU one of priority 10). Which GPUs the victims
+        free is the core's what-if; the placement after them is checked with :meth:`check`.
+        """
+        passed = np.zeros(snapshot.size, dtype=np.bool_)
+        if pod.kind is RequestKind.MIG:
+            passed[list((self.mig_devices or {}).keys())] = True
+            return REASON_NO_ELIGIBLE, passed
+        for node, columns in self.columns.items():
+            passed[node] = len(columns) >= pod.gpu_count
+        return REASON_NO_ELIGIBLE, passed
+
 
 def restrict_choice(
     snapshot: ClusterSnapshot,

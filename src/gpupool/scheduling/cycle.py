@@ -3,9 +3,8 @@
 :class:`Cycle` holds the state of one :meth:`~gpupool.scheduling.engine.PolicyEngine.cycle` and
 is discarded when it returns. Per pending pod in serving order it routes the pod to pools and,
 per pool, applies quota admission, the pool's order (strict, or EASY backfill behind a blocked
-head: :class:`~gpupool.scheduling.backfill.Reservations`), places it with the placement
-scheduler, and if nothing fits searches for victims (:class:`~gpupool.scheduling.victims.
-VictimSearch`) or makes it the pool's blocked head.
+head: :class:`~gpupool.scheduling.backfill.Reservations`), places it, and if nothing fits
+searches for victims (:class:`~gpupool.scheduling.victims.VictimSearch`) or blocks the pool.
 
 Every placement, victim search and reservation restricts itself with the same checks: the
 pool's nodes and the nodes nominated to others (built here), and the pod's own constraints and
@@ -22,6 +21,7 @@ most ``max_preemptions`` victim searches are made per cycle, one per queue and p
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -116,9 +116,7 @@ class Cycle:
                     decisions.append(Wait(workload, queue, self._all_closed_reason()))
                     continue
                 decisions.append(self._decide(workload, queue))
-            self.reservations.hold_for(
-                self.blocked, lambda pool, head: self.checks(pool, head.workload, head.queue)
-            )
+            self.reservations.hold_for(self.blocked, self._room_checks)
         finally:
             for name in reversed(self.bound):
                 self.snapshot.release(name)
@@ -271,8 +269,8 @@ class Cycle:
             return None
         if not self.victims.may_search(attempt.queue, attempt.pool):
             return None
-        if checks is None:
-            checks = self.checks(attempt.pool, attempt.workload, attempt.queue)
+        if checks is None or attempt.workload.name in self.request.eligibility:
+            checks = self.checks(attempt.pool, attempt.workload, attempt.queue, freed=True)
         return self.victims.for_room(attempt, checks, self.ledger)
 
     def _block(self, pool: int, attempt: Attempt) -> None:
@@ -291,16 +289,22 @@ class Cycle:
         ):
             heads.append(Blocked(attempt.workload, attempt.queue, protected))
 
-    def checks(self, pool: int, workload: Workload, queue: int) -> tuple[NodeCheck, ...]:
-        """The cycle's own checks for a pod: its pool, nodes nominated to others, its claim."""
+    def checks(
+        self, pool: int, workload: Workload, queue: int, *, freed: bool = False
+    ) -> tuple[NodeCheck, ...]:
+        """A pod's checks: pool, nominations to others, claim (``freed``: its devices, emptied)."""
         checks = self.engine.pool_checks(pool) + nomination_checks(
             self.nominees, self.nominations.get(workload.name), queue,
             priority_of(self.tables, queue, workload), self.snapshot.size,
         )  # fmt: skip
         eligibility = self.request.eligibility.get(workload.name)
         if eligibility is not None:
-            checks += (eligibility.check(self.snapshot, workload.pod),)
+            check = eligibility.once_freed if freed else eligibility.check
+            checks += (check(self.snapshot, workload.pod),)
         return checks
+
+    def _room_checks(self, pool: int, head: Blocked) -> tuple[NodeCheck, ...]:
+        return self.checks(pool, head.workload, head.queue, freed=True)
 
     def _eligible_gpus(self, workload: Workload, placed: Bind | str) -> Bind | str:
         """A claim pod's placement with the policy's GPUs kept to those its claim may use.
@@ -348,9 +352,7 @@ class Cycle:
         A pod's own reservation does not hold it back (else a holder tried behind another
         blocked pod could not start on the node kept for it).
         """
-        held = self.reservations.of(
-            pool, heads, lambda head: self.checks(pool, head.workload, head.queue)
-        )
+        held = self.reservations.of(pool, heads, partial(self._room_checks, pool))
         reservations = [r for r in held if r.pod != workload.name]
         if not reservations:
             return decision
@@ -379,7 +381,7 @@ class Cycle:
         """Priority preemption inside the queue for a pod its own ceiling or pod limit holds."""
         if not self.engine.options.preemption:
             return None
-        checks = self.checks(attempt.pool, attempt.workload, attempt.queue)
+        checks = self.checks(attempt.pool, attempt.workload, attempt.queue, freed=True)
         return self.victims.for_quota(attempt, checks, self.ledger)
 
     def _nominate(self, attempt: Attempt, choice: VictimChoice) -> Preempt:

@@ -66,6 +66,7 @@ class ClaimServer:
         self.claims: dict[str, Json] = {}
         self.bindings: dict[str, Json] = {}
         self.refuse_binding: set[str] = set()  # pods whose Binding an admission policy refuses
+        self.evictions: list[str] = []  # namespace/name of each pod an Eviction was posted for
         self.version = 100
 
     def add_claim(self, name: str, *requests: Json, namespace: str = "team") -> ResourceClaim:
@@ -93,6 +94,10 @@ class ClaimServer:
 
     def __call__(self, request: httpx2.Request) -> httpx2.Response:
         path = request.url.path
+        if request.method == "POST" and path.endswith("/eviction"):
+            namespace, name = path.split("/")[4], path.split("/")[6]
+            self.evictions.append(f"{namespace}/{name}")
+            return httpx2.Response(201, json={})
         if request.method == "POST" and path.endswith("/binding"):
             body = json.loads(request.content)
             if body["metadata"]["name"] in self.refuse_binding:
