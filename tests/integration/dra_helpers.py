@@ -52,11 +52,13 @@ async def create_claim_pod(
     node_label: str | None = None,
     scheduler: str = "gpupool",
     joins: str | None = None,
+    priority_class: str = "",
 ) -> Json:
     """A claim of one request, and a pod using it on the nodes labelled ``test=<node_label>``
     (default: the namespace's first node, ``<namespace>-n0``); returns the pod as created.
 
     ``joins``: no new claim; the pod uses this existing claim (``request`` is ignored).
+    ``priority_class``: the pod's PriorityClass (none: the cluster's default priority).
     """
     claim_spec = {"devices": {"requests": [{"name": "gpu", "exactly": request}]}}
     container = {
@@ -70,6 +72,8 @@ async def create_claim_pod(
         "resourceClaims": [{"name": "gpu", "resourceClaimName": joins or name}],
         "containers": [container],
     }
+    if priority_class:
+        pod_spec["priorityClassName"] = priority_class
     if joins is None:
         await api.create(
             f"{RESOURCE}/namespaces/{namespace}/resourceclaims",

@@ -23,7 +23,13 @@ from gpupool.kube.install.rbac import grant_scheduler_role
 from gpupool.kube.objects.dra import CLASSES_PATH
 
 from .dra_helpers import create_claim_pod, node_with_slice
-from .live_helpers import SchedulerProcesses, list_pods, pending_reason, wait_for
+from .live_helpers import (
+    SchedulerProcesses,
+    create_priority_class,
+    list_pods,
+    pending_reason,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -155,4 +161,34 @@ async def test_twenty_claim_pods_in_shuffled_order_share_one_node_without_overla
     bound = {n for n, p in pods.items() if p["spec"].get("nodeName")}
     assert bound
     assert {n for n, c in claims.items() if claim_results(c)} == bound
+    assert claim_problems(claims.values(), slices) == []
+
+
+async def test_a_claim_pod_is_preempted_for_a_higher_priority_claim_pod(
+    api: KubeAPI, control_plane: LocalControlPlane, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    """Four whole GPUs held by a claim of priority 10; a claim pod of priority 1000 wants two."""
+    slices = await node_with_slice(api, f"{namespace}-n0")
+    await create_priority_class(api, f"{namespace}-low", 10)
+    await create_priority_class(api, f"{namespace}-high", 1000)
+    four = {"deviceClassName": "gpu.gpupool.io", "count": 4}
+    await create_claim_pod(api, namespace, "low", four, priority_class=f"{namespace}-low")
+    await _start(api, control_plane, namespace, schedulers)
+    await wait_for(lambda: _settled(api, namespace, 1), 60, "the low-priority claim pod")
+    held = {r["device"] for r in claim_results((await _claims(api, namespace))["low"])}
+    assert len(held) == 4
+
+    two = {"deviceClassName": "gpu.gpupool.io", "count": 2}
+    await create_claim_pod(api, namespace, "urgent", two, priority_class=f"{namespace}-high")
+
+    async def preempted() -> bool:
+        pods = {p["metadata"]["name"]: p for p in await list_pods(api, namespace)}
+        return "low" not in pods and bool(pods["urgent"]["spec"].get("nodeName"))
+
+    await wait_for(preempted, 90, "low evicted and urgent bound")
+    claims = await _claims(api, namespace)
+    assert not claim_results(claims["low"])  # released with its pod
+    urgent = {r["device"] for r in claim_results(claims["urgent"])}
+    assert len(urgent) == 2
+    assert urgent <= held
     assert claim_problems(claims.values(), slices) == []
