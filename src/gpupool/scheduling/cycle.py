@@ -93,7 +93,7 @@ class Cycle:
             {workload.name: Blocked(workload, queue) for workload, queue in self.items},
             options.reservations_per_pool,
             self._expected_ends,
-            follow=options.reservations_follow_pods,
+            follow=options.backfill and options.reservations_follow_pods,
         )
         self.bound: list[str] = []
         self.last = False

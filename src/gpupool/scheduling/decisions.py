@@ -49,7 +49,10 @@ class EngineOptions:
         reservations_per_pool: Blocked pods per pool that hold a backfill reservation, first
             in serving order (1: EASY backfill; see :mod:`~gpupool.scheduling.backfill`).
         reservations_follow_pods: A reservation whose start passed with its pod still waiting
-            is found again for that pod rather than given to the pool's current head.
+            is found again for that pod rather than given to the pool's current head. Only
+            with ``backfill``: strict order starts nothing behind a blocked pod, so a
+            reservation there only held back the pods served before it (strict order's
+            utilisation at offered load 1.2 moved from 73.3% to 77.2% when they were made).
         reserve_above_units: Only blocked pods that ask for more than this many milli-units in
             the pool hold a reservation (``None``: every blocked pod may).
         remaining_by_age: A reservation expects each running pod to end after its remaining

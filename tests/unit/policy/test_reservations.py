@@ -22,7 +22,9 @@ from .builders import Cluster, node, queue, whole, work
 POOL = PoolSpec("p", PoolMode.EXCLUSIVE)
 
 
-def two_busy_nodes(per_pool: int, follow: bool = False, above: int | None = None) -> Cluster:
+def two_busy_nodes(
+    per_pool: int, follow: bool = False, above: int | None = None, backfill: bool = True
+) -> Cluster:
     cluster = Cluster(
         [node("n0", gpus=4), node("n1", gpus=4)],
         PolicyConfig((POOL,), (queue("q", "p"),)),
@@ -31,6 +33,7 @@ def two_busy_nodes(per_pool: int, follow: bool = False, above: int | None = None
             reservations_per_pool=per_pool,
             reservations_follow_pods=follow,
             reserve_above_units=above,
+            backfill=backfill,
         ),
     )
     for name, row, end in (("a", 0, 5000.0), ("b", 1, 6000.0)):
@@ -268,3 +271,38 @@ def test_a_holder_is_tried_past_the_backfill_depth() -> None:
     assert isinstance(one, Wait)
     assert isinstance(big2, Admit)
     assert big2.bind.node_name == "n1"
+
+
+def test_a_pool_swept_behind_its_blocked_pods_is_not_swept_again_at_the_cycle_end() -> None:
+    """big1 blocks, one is tried behind it (the sweep), big2 blocks after: only big1 holds one.
+
+    Sweeping again at the cycle's end, for big2, raised the large pods' p95 delay in the
+    dynamic simulation; big2 gets its reservation in a later cycle's sweep.
+    """
+    cluster = two_busy_nodes(per_pool=2, follow=True)
+    pending = [
+        work(whole("big1", 4), "q", created_at=1),
+        work(whole("one"), "q", created_at=2, runtime=100.0),
+        work(whole("big2", 4), "q", created_at=3),
+    ]
+    result = cluster.cycle(pending, 10.0)
+    big1, one, big2 = result.decisions
+    assert isinstance(big1, Wait)
+    assert isinstance(one, Admit)
+    assert isinstance(big2, Wait)
+    assert [r.pod for r in result.reservations[0]] == ["big1"]
+
+
+def test_a_pool_nobody_was_tried_behind_gets_its_sweep_at_the_cycle_end() -> None:
+    """big1 and big2 block and nothing is tried behind them: both hold one, on their own nodes."""
+    result = two_busy_nodes(per_pool=2, follow=True).cycle(pending(runtime=100.0)[:2], 10.0)
+    assert all(isinstance(decision, Wait) for decision in result.decisions)
+    assert sorted((r.pod, r.node) for r in result.reservations[0]) == [("big1", 0), ("big2", 1)]
+
+
+def test_strict_order_holds_no_reservations() -> None:
+    """Without backfill nothing starts behind big1, so nothing needs keeping off its node."""
+    cluster = two_busy_nodes(per_pool=2, follow=True, backfill=False)
+    result = cluster.cycle(pending(runtime=100.0), 10.0)
+    assert all(isinstance(decision, Wait) for decision in result.decisions)
+    assert result.reservations == {}
