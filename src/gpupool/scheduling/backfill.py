@@ -217,6 +217,23 @@ class Reservations:
             if pool not in self._made:  # swept when a pod was tried behind its blocked pods
                 self.of(pool, heads, partial(checks_of, pool))
 
+    def awaiting(self, blocked: Mapping[int, Sequence[Blocked]]) -> frozenset[str]:
+        """With ``follow``, the blocked pods that may hold a reservation and hold none now.
+
+        The live scheduler tries them in every cycle, as it does the holders: a pod blocked
+        after its pool's sweep gets its reservation only in a later cycle's sweep, and parked it
+        was in none, so a pod arriving alone took the node it would have been given.
+        """
+        if not self.follow:
+            return frozenset()
+        holding = {r.pod for made in self.kept().values() for r in made}
+        return frozenset(
+            head.workload.name
+            for heads in blocked.values()
+            for head in heads
+            if head.protected and head.workload.name not in holding
+        )
+
     def _find(
         self,
         head: Blocked,

@@ -100,10 +100,9 @@ class Cycle:
 
     def run(self) -> CycleResult:
         """Decide for every pending pod, then undo the in-cycle binds."""
-        tables = self.tables
-        ordered = order_pending(self.items, tables, self.layout, self.ledger)
+        ordered = order_pending(self.items, self.tables, self.layout, self.ledger)
         self.nominees = {
-            self.nominations[w.name]: (q, priority_of(tables, q, w))
+            self.nominations[w.name]: (q, priority_of(self.tables, q, w))
             for w, q in ordered
             if w.name in self.nominations
         }
@@ -124,6 +123,7 @@ class Cycle:
             decisions=tuple(decisions),
             nominations=self.nominations,
             reservations=self.reservations.kept(),
+            awaiting=self.reservations.awaiting(self.blocked),
         )
 
     def _expected_ends(self) -> list[tuple[float, str]]:

@@ -237,8 +237,11 @@ class CycleResult:
         decisions: One per pending pod, in serving order.
         nominations: Outstanding nominations after the cycle (pass them to the next one).
         reservations: Per pool index, the backfill reservations of its blocked pods, if any.
+        awaiting: The blocked pods that may hold a reservation but hold none yet
+            (:meth:`~gpupool.scheduling.backfill.Reservations.awaiting`).
     """
 
     decisions: tuple[EngineDecision, ...]
     nominations: dict[str, int]
     reservations: dict[int, tuple[Reservation, ...]]
+    awaiting: frozenset[str] = frozenset()

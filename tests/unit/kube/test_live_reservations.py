@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -46,12 +47,13 @@ def _running(name: str, at: str, gpus: tuple[int, ...], runtime: str) -> PodReco
     )
 
 
-def _pending(name: str, gpus: int, runtime: str) -> PodRecord:
+def _pending(name: str, gpus: int, runtime: str, **fields: Any) -> PodRecord:
+    fields.setdefault("created", _now())
     return pod(
         name,
         uid=_uid(name),
         gpus=gpus,
-        created=_now(),
+        **fields,
         annotations={"gpupool.io/expected-runtime": runtime},
     )
 
@@ -104,3 +106,40 @@ async def test_pods_deferred_behind_a_holder_do_not_keep_the_scheduler_busy(back
         scheduler.wake.clear()
     assert not scheduler.wake.is_set()
     assert scheduler.stats.cycles - before <= 3
+
+
+def _created(offset: float) -> str:
+    return datetime.fromtimestamp(time.time() - 60 + offset, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def test_a_large_pod_blocked_after_its_pools_sweep_is_protected_in_a_later_cycle() -> None:
+    """big1 blocks, quick is tried behind it (the sweep), big2 blocks after: big2 holds nothing.
+
+    n2 has two GPUs free for five minutes, then four, the earliest node for big2 once big1
+    holds n1. Parked, big2 was in no later sweep, so a long pod arriving alone took n2.
+    """
+    recorder = Recorder()
+    scheduler = live_scheduler(recorder, LiveConfig(identity="test"))
+    for name in ("n0", "n1", "n2"):
+        scheduler._on_node(ADDED, node(name, gpus=4))
+    scheduler._on_pod(ADDED, _running("long", "n0", (0, 1, 2, 3), "3600"))
+    scheduler._on_pod(ADDED, _running("short", "n1", (0, 1, 2), "120"))
+    scheduler._on_pod(ADDED, _running("mid", "n2", (0, 1), "300"))
+    # big2 asks less CPU than big1, so it is tried (and rejected, so parked) rather than
+    # skipped as no smaller than a pod that failed this cycle (skipped pods are retried)
+    for offset, (name, gpus, runtime, cpu) in enumerate(
+        (("big1", 4, "600", "2"), ("quick", 1, "30", "1"), ("big2", 4, "600", "1"))
+    ):
+        scheduler._on_pod(ADDED, _pending(name, gpus, runtime, cpu=cpu, created=_created(offset)))
+    await scheduler.cycle()
+    await settle(scheduler)
+    ((path, _),) = recorder.posted("/binding")
+    assert path.endswith("/pods/quick/binding")
+
+    scheduler._on_pod(ADDED, _pending("small", 1, "9000"))
+    await scheduler.cycle()
+    await settle(scheduler)
+
+    assert len(recorder.posted("/binding")) == 1
+    reason = reasons_of(reports_of(scheduler))["small"]
+    assert reason.startswith("backfill: would delay default/big2, reserved on node n2 from 20")

@@ -75,9 +75,10 @@ class Intake:
         """The uids to decide now: those the queue releases, in pod order, then ``every_cycle``.
 
         ``every_cycle``: pods tried in every cycle whatever their queue entry says, the
-        nominees and the holders of backfill reservations: a parked holder would lose its
-        reservation (a cycle keeps only its own pods'), and pods arriving after it would take
-        the node it waits for.
+        nominees, the holders of backfill reservations and the blocked pods awaiting one: a
+        parked holder would lose its reservation (a cycle keeps only its own pods'), a parked
+        blocked pod would get none, and pods arriving after it would take the node it waits
+        for.
         """
         state = self.state
         pods = state.pods

@@ -116,6 +116,7 @@ class LiveScheduler:
         self.placement = Scheduler(build_policy(self.config.policy, context))
         self.engine: PolicyEngine | None = None
         self._reservations: dict[int, tuple[Reservation, ...]] = {}
+        self._awaiting: frozenset[str] = frozenset()  # blocked, may hold one, tried every cycle
         # last cycle's pod uid -> its claim's GPUs, and -> the claims it alone reserves
         self._claims: tuple[dict[str, PodSpec], dict[str, tuple[str, ...]]] = ({}, {})
         self._deferred_in: Hashable = None  # the inputs of the last cycle that deferred pods
@@ -273,7 +274,9 @@ class LiveScheduler:
         (old_charges, old_companions), self._claims = self._claims, (charges, companions)
         changed |= _differ(charges, old_charges) | _differ(companions, old_companions)
         self.book.update(changed, snapshot, state.pods, state.foreign, charges, companions)
-        ready = self.intake.ready([*self.preemptions.nominated, *_holders(self._reservations)])
+        ready = self.intake.ready(
+            [*self.preemptions.nominated, *_holders(self._reservations), *self._awaiting]
+        )
         workloads = self.intake.workloads(ready)
         if not workloads:
             return
@@ -285,9 +288,14 @@ class LiveScheduler:
             self.metrics.latency.observe(each)
         if _holders(self._reservations) - _holders(result.reservations):
             state.capacity_epoch += 1  # the room they held is open to the pods they kept out
-        self._reservations = result.reservations
+        self._reservations, self._awaiting = result.reservations, result.awaiting
         deferred = await self.applier.apply(snapshot, engine, request, result)
-        inputs = (state.capacity_epoch, frozenset(ready), frozenset(_holders(result.reservations)))
+        inputs = (
+            state.capacity_epoch,
+            frozenset(ready),
+            result.awaiting,
+            frozenset(_holders(result.reservations)),
+        )
         if deferred and inputs != self._deferred_in:
             # pods deferred behind others: try them again next cycle, but not again and again
             # when it had the same inputs (a blocked holder is tried in every cycle, so the
