@@ -33,7 +33,11 @@ def bench_live(
     ] = 4,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
     schedulers: Annotated[
-        str, typer.Option(help="Phases to run, in order: gpupool,kube-scheduler.")
+        str,
+        typer.Option(
+            help="Phases to run, in order, from gpupool, kube-scheduler and gpupool-claims "
+            "(gpupool with --claims, each pod asking for its GPU by a ResourceClaim)."
+        ),
     ] = "gpupool,kube-scheduler",
     concurrency: Annotated[int, typer.Option(help="Concurrent create requests.")] = 16,
     timeout: Annotated[

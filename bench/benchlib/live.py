@@ -36,7 +36,7 @@ from benchlib.live_config import LiveConfig, phase_order
 from benchlib.live_phase import Log, PhaseResult, run_phase
 from benchlib.live_report import iso, live_report
 from benchlib.live_setup import (
-    GPUPOOL,
+    GPUPOOL_PHASES,
     LiveBenchError,
     delete_phase,
     gpupool_scheduler_available,
@@ -113,7 +113,7 @@ def run_live(config: LiveConfig, log: Log) -> dict[str, Any]:
 
     config.validate()
     bin_dir = find_binaries()
-    if GPUPOOL in config.schedulers:
+    if set(GPUPOOL_PHASES) & set(config.schedulers):
         missing = gpupool_scheduler_available()
         if missing is not None:
             raise LiveBenchError(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from benchlib.live_setup import SCHEDULERS
+from benchlib.live_setup import DEFAULT_SCHEDULERS, SCHEDULERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +23,8 @@ class LiveConfig:
         gpus_per_node: GPUs per node.
         runs: Independent runs, each on a fresh control plane; even when two schedulers are
             compared, so that the ABBA order gives each the first slot equally often.
-        schedulers: Which phases to run (``gpupool``, ``kube-scheduler``); the first is "A".
+        schedulers: Which phases to run (``gpupool``, ``kube-scheduler``, ``gpupool-claims``:
+            gpupool with the pods asking by ResourceClaim); the first is "A".
         concurrency: Concurrent create requests.
         timeout: Seconds a scheduler gets to bind every pod before the run fails.
         kube_qps: kube-scheduler client QPS.
@@ -38,7 +39,7 @@ class LiveConfig:
     pods: int = 5000
     gpus_per_node: int = 8
     runs: int = 4
-    schedulers: tuple[str, ...] = SCHEDULERS
+    schedulers: tuple[str, ...] = DEFAULT_SCHEDULERS
     concurrency: int = 16
     timeout: float = 900.0
     kube_qps: int = 5000
@@ -68,7 +69,7 @@ class LiveConfig:
             raise ValueError("--schedulers: each scheduler once")
         if len(self.schedulers) > 1 and self.runs % 2:
             raise ValueError(
-                f"--runs: must be even when two schedulers are compared (got {self.runs}): "
+                f"--runs: must be even when schedulers are compared (got {self.runs}): "
                 "the ABBA order lets each go first in half the runs"
             )
         if self.concurrency < 1:

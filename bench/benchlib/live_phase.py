@@ -17,10 +17,13 @@ from typing import Any
 
 from benchlib.allocation_check import check_allocations, inventory
 from benchlib.binds import BindTimes
+from benchlib.live_claims import check_claims, prepare_claims
 from benchlib.live_config import LiveConfig
 from benchlib.live_report import fmt, iso
 from benchlib.live_setup import (
     GPUPOOL,
+    GPUPOOL_CLAIMS,
+    GPUPOOL_PHASES,
     GPUPOOL_PROCESS,
     KUBE_SCHEDULER,
     PHASE_LABEL,
@@ -105,9 +108,15 @@ async def run_phase(
         f"Ready after {result.nodes_ready_seconds:.1f} s"
     )
 
-    selector = {PHASE_LABEL: label}  # both schedulers' pods: confined to their phase's nodes
+    selector = {PHASE_LABEL: label}  # every scheduler's pods: confined to their phase's nodes
     width = len(str(config.pods - 1))
-    manifests = (pod_manifest(f"p-{i:0{width}d}", scheduler, selector) for i in range(config.pods))
+    names = [f"p-{i:0{width}d}" for i in range(config.pods)]
+    claims = scheduler == GPUPOOL_CLAIMS
+    began = time.monotonic()
+    if claims:  # a claim per pod, named after it, and the slices of the phase's nodes
+        await prepare_claims(api, namespace, nodes, names, (PHASE_LABEL, label), config.concurrency)
+        log(f"{scheduler}: slices and claims created in {time.monotonic() - began:.1f} s")
+    manifests = (pod_manifest(name, scheduler, selector, name if claims else "") for name in names)
     began = time.monotonic()
     await create_pods(api, namespace, manifests, config.concurrency)
     result.create_pods_seconds = round(time.monotonic() - began, 3)
@@ -118,7 +127,7 @@ async def run_phase(
 
     binds = BindTimes(api, namespace, config.pods)
     watch = asyncio.create_task(binds.run())
-    name = GPUPOOL_PROCESS if scheduler == GPUPOOL else KUBE_SCHEDULER
+    name = GPUPOOL_PROCESS if scheduler in GPUPOOL_PHASES else KUBE_SCHEDULER
     client = SchedulerClient(qps=config.kube_qps, burst=config.kube_burst)
     start_wall, start = time.time(), time.monotonic()
     try:
@@ -150,6 +159,8 @@ async def run_phase(
     if scheduler == GPUPOOL:
         phase_nodes = await api.list_items(f"/api/v1/nodes?labelSelector={PHASE_LABEL}%3D{label}")
         result.allocations = check_allocations(pods, inventory(phase_nodes)).summary()
+    elif claims:
+        result.allocations = await check_claims(api, namespace, pods, (PHASE_LABEL, label))
     log(
         f"{scheduler}: {result.bound}/{config.pods} bound; "
         f"{fmt(result.pods_per_second)} pods/s from launch, "

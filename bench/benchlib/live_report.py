@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from benchlib.live_setup import (
     GPUPOOL,
+    GPUPOOL_CLAIMS,
+    GPUPOOL_PHASES,
     KUBE_SCHEDULER,
     PHASE_LABEL,
     SCHEDULERS,
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from benchlib.live_config import LiveConfig
 
 SPREAD = (
-    "the larger of the two schedulers' ranges (max - min) of per-run pods/s from launch; "
+    "the larger of the two phases' ranges (max - min) of per-run pods/s from launch; "
     "'level' when the medians differ by less than it, else 'faster' or 'slower'"
 )
 
@@ -47,11 +49,18 @@ def _median(values: list[float | None]) -> float | None:
     return round(statistics.median(present), 1) if present else None
 
 
-def compare(ours: list[float | None], theirs: list[float | None]) -> dict[str, Any]:
-    """Gpupool's per-run rates against kube-scheduler's: medians, ranges, spread, verdict.
+def compare(
+    ours: list[float | None],
+    theirs: list[float | None],
+    names: tuple[str, str] = (GPUPOOL, KUBE_SCHEDULER),
+) -> dict[str, Any]:
+    """One phase's per-run rates against another's: medians, ranges, spread, verdict.
+
+    ``names``: the two phases (gpupool against kube-scheduler unless given); the keys are
+    ``<name>_median`` and ``<name>_range`` with ``-`` written ``_``.
 
     Returns:
-        ``verdict`` is ``level``, ``faster`` or ``slower`` (gpupool against kube-scheduler), or
+        ``verdict`` is ``level``, ``faster`` or ``slower`` (the first against the second), or
         ``undecided`` when either has fewer than two complete runs (no spread to judge by).
     """
     a = [v for v in ours if v is not None]
@@ -59,7 +68,7 @@ def compare(ours: list[float | None], theirs: list[float | None]) -> dict[str, A
     out: dict[str, Any] = {"metric": "pods_per_second (from launch)", "spread_definition": SPREAD}
     if len(a) < 2 or len(b) < 2:
         out["verdict"] = "undecided"
-        out["words"] = "undecided: fewer than two complete runs of a scheduler"
+        out["words"] = "undecided: fewer than two complete runs of a phase"
         return out
     # rounded first, so the words and the JSON agree with each other to the last digit
     median_a, median_b = round(statistics.median(a), 1), round(statistics.median(b), 1)
@@ -67,23 +76,34 @@ def compare(ours: list[float | None], theirs: list[float | None]) -> dict[str, A
     spread = max(range_a, range_b)
     difference = round(median_a - median_b, 1)
     verdict = "level" if abs(difference) < spread else "faster" if difference > 0 else "slower"
+    key_a, key_b = (name.replace("-", "_") for name in names)
     out.update(
-        gpupool_median=median_a,
-        kube_scheduler_median=median_b,
-        difference=difference,
-        difference_pct=round(100 * difference / median_b, 1) if median_b else None,
-        gpupool_range=range_a,
-        kube_scheduler_range=range_b,
-        spread=spread,
-        verdict=verdict,
+        {
+            f"{key_a}_median": median_a,
+            f"{key_b}_median": median_b,
+            "difference": difference,
+            "difference_pct": round(100 * difference / median_b, 1) if median_b else None,
+            f"{key_a}_range": range_a,
+            f"{key_b}_range": range_b,
+            "spread": spread,
+            "verdict": verdict,
+        }
     )
     relation = "level with" if verdict == "level" else f"{verdict} than"
     out["words"] = (
-        f"gpupool is {relation} kube-scheduler: medians {median_a:.1f} and {median_b:.1f} pods/s "
+        f"{names[0]} is {relation} {names[1]}: medians {median_a:.1f} and {median_b:.1f} pods/s "
         f"differ by {abs(difference):.1f}, {'less than' if verdict == 'level' else 'at least'} "
         f"the spread of {spread:.1f}"
     )
     return out
+
+
+COMPARISONS = {
+    "comparison": (GPUPOOL, KUBE_SCHEDULER),
+    "claims_comparison": (GPUPOOL_CLAIMS, GPUPOOL),
+}
+"""The verdicts a report carries when both of their phases ran: gpupool against
+kube-scheduler, and claim pods against the same pods by extended resource (issue 18)."""
 
 
 def live_report(
@@ -118,11 +138,16 @@ def live_report(
         report[f"{key}_complete_runs"] = sum(
             1 for run in runs if run["phases"].get(scheduler, {}).get("complete")
         )
-    if set(config.schedulers) == set(SCHEDULERS):
-        report["comparison"] = compare(
-            per_run(GPUPOOL, "pods_per_second"), per_run(KUBE_SCHEDULER, "pods_per_second")
-        )
-    checks = [run["phases"][GPUPOOL]["allocations"] for run in runs if GPUPOOL in run["phases"]]
+    for key, names in COMPARISONS.items():
+        if set(names) <= set(config.schedulers):
+            ours, theirs = (per_run(name, "pods_per_second") for name in names)
+            report[key] = compare(ours, theirs, names)
+    checks = [
+        phase["allocations"]
+        for run in runs
+        for name, phase in run["phases"].items()
+        if name in GPUPOOL_PHASES
+    ]
     report["gpupool_allocations_ok"] = all(c and c["ok"] for c in checks) if checks else None
     report["setup"] = _setup(config)
     report["per_run"] = runs
@@ -144,6 +169,20 @@ def _setup(config: LiveConfig) -> dict[str, Any]:
                 ("python -m gpupool control-plane --kubeconfig <kubeconfig>", *config.gpupool_args)
             ),
         },
+        "gpupool_claims": {
+            "namespace": "bench-claims",
+            "nodeSelector": {PHASE_LABEL: "claims"},
+            "pod": "the same pod with resources.claims [gpu] and spec.resourceClaims naming "
+            "its own ResourceClaim (one request, deviceClassName gpu.gpupool.io), created with "
+            "the DeviceClasses and one ResourceSlice per node before the scheduler starts",
+            "command": " ".join(
+                (
+                    "python -m gpupool control-plane --kubeconfig <kubeconfig>",
+                    *config.gpupool_args,
+                    "--claims",
+                )
+            ),
+        },
         "kube_scheduler": {
             "namespace": "bench-kube",
             "schedulerName": "default-scheduler",
@@ -156,7 +195,7 @@ def _setup(config: LiveConfig) -> dict[str, Any]:
             "parallelism": "default (16)",
             "leader_election": False,
         },
-        "between_phases": "the first phase's pods and nodes are deleted",
+        "between_phases": "the previous phase's pods, nodes, claims and slices are deleted",
         "order": "ABBA: the first scheduler given goes first in kept runs 0 and 3 of every 4, "
         "second in runs 1 and 2; a repeated (disturbed) run keeps its slot's order",
         "rate_from_launch": "pods / (last bind - scheduler process launched)",
@@ -210,8 +249,7 @@ def format_table(report: dict[str, Any]) -> str:
     ]
     for row in rows:
         lines.append("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
-    if "comparison" in report:
-        lines.append(report["comparison"]["words"])
+    lines.extend(report[key]["words"] for key in COMPARISONS if key in report)
     if report["failed_runs"]:
         lines.append(f"FAILED runs: {report['failed_runs']} (see per_run)")
     ok = report["gpupool_allocations_ok"]

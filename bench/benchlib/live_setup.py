@@ -21,14 +21,22 @@ from gpupool.devcluster.controlplane import LocalControlPlane, SchedulerClient
 from gpupool.devcluster.fakenodes import FakeGpuNode
 from gpupool.devcluster.processes import ManagedProcess
 from gpupool.kube.client.api import ApiError, JsonObject, KubeAPI
+from gpupool.kube.objects.dra import SLICES_PATH
 from gpupool.kube.objects.vocabulary import RESOURCE_GPU, SCHEDULER_NAME
 
 GPUPOOL = "gpupool"
 KUBE_SCHEDULER = "kube-scheduler"
-SCHEDULERS = (GPUPOOL, KUBE_SCHEDULER)
+GPUPOOL_CLAIMS = "gpupool-claims"
+"""gpupool's scheduler with ``--claims``, the pods asking by ResourceClaim
+(:mod:`benchlib.live_claims`)."""
+SCHEDULERS = (GPUPOOL, KUBE_SCHEDULER, GPUPOOL_CLAIMS)
+DEFAULT_SCHEDULERS = (GPUPOOL, KUBE_SCHEDULER)
+GPUPOOL_PHASES = (GPUPOOL, GPUPOOL_CLAIMS)
+LABELS = {GPUPOOL: "gpupool", KUBE_SCHEDULER: "kube", GPUPOOL_CLAIMS: "claims"}
 GPUPOOL_PROCESS = "gpupool-scheduler"
 POD_IMAGE = "registry.k8s.io/pause:3.10"
 PHASE_LABEL = "bench"
+RESOURCE = "/apis/resource.k8s.io/v1"
 
 
 class LiveBenchError(RuntimeError):
@@ -37,7 +45,7 @@ class LiveBenchError(RuntimeError):
 
 def phase_label(scheduler: str) -> str:
     """The label value, node prefix and namespace suffix of a scheduler's phase."""
-    return "gpupool" if scheduler == GPUPOOL else "kube"
+    return LABELS[scheduler]
 
 
 def bench_nodes(label: str, count: int, gpus: int) -> list[FakeGpuNode]:
@@ -49,18 +57,24 @@ def bench_nodes(label: str, count: int, gpus: int) -> list[FakeGpuNode]:
     ]
 
 
-def pod_manifest(name: str, scheduler: str, node_selector: dict[str, str] | None) -> JsonObject:
-    """A one-GPU pod for ``scheduler`` (``gpupool`` or ``kube-scheduler``).
+def pod_manifest(
+    name: str, scheduler: str, node_selector: dict[str, str] | None, claim: str = ""
+) -> JsonObject:
+    """A one-GPU pod for ``scheduler`` (``gpupool``, ``kube-scheduler`` or ``gpupool-claims``).
 
-    Only ``schedulerName`` differs between the two schedulers' pods.
+    Only ``schedulerName`` differs between the first two schedulers' pods; a ``claim`` pod asks
+    for its GPU through that ResourceClaim instead of ``gpupool.io/gpu``.
     """
+    resources: JsonObject = (
+        {"claims": [{"name": "gpu"}]} if claim else {"limits": {RESOURCE_GPU: "1"}}
+    )
     spec: JsonObject = {
-        "containers": [
-            {"name": "main", "image": POD_IMAGE, "resources": {"limits": {RESOURCE_GPU: "1"}}}
-        ],
+        "containers": [{"name": "main", "image": POD_IMAGE, "resources": resources}],
         "terminationGracePeriodSeconds": 0,
     }
-    if scheduler == GPUPOOL:
+    if claim:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+    if scheduler in GPUPOOL_PHASES:
         spec["schedulerName"] = SCHEDULER_NAME
     if node_selector:
         spec["nodeSelector"] = node_selector
@@ -92,16 +106,18 @@ async def create_pods(
 
 
 async def delete_phase(api: KubeAPI, namespace: str, label: str, timeout: float = 600.0) -> None:
-    """Delete a phase's pods (no grace) and nodes, and wait until they are gone.
+    """Delete a phase's pods (no grace), nodes, claims and slices, and wait until they are gone.
 
     A collection delete of thousands of pods can outlast the API server's 60 s request timeout
     on a busy machine (504); the server goes on deleting, so a 5xx only means: wait, and ask
     again every 30 s until nothing is left.
     """
     selector = f"{PHASE_LABEL}={label}"
-    targets = (
+    targets: tuple[tuple[str, dict[str, str]], ...] = (
         (f"/api/v1/namespaces/{namespace}/pods", {"gracePeriodSeconds": "0"}),
         ("/api/v1/nodes", {"labelSelector": selector}),
+        (f"{RESOURCE}/namespaces/{namespace}/resourceclaims", {}),
+        (SLICES_PATH, {"labelSelector": selector}),
     )
     deadline = time.monotonic() + timeout
     while True:
@@ -113,15 +129,21 @@ async def delete_phase(api: KubeAPI, namespace: str, label: str, timeout: float 
                 if error.status < 500:
                     raise
         while time.monotonic() - asked < 30.0:
-            pods = await api.get(targets[0][0], {"limit": "1"})
-            nodes = await api.get("/api/v1/nodes", {"labelSelector": selector, "limit": "1"})
-            if not pods["items"] and not nodes["items"]:
+            left = [
+                await api.get(path, {"limit": "1", **_selector_only(params)})
+                for path, params in targets
+            ]
+            if not any(found["items"] for found in left):
                 return
             if time.monotonic() > deadline:
                 raise LiveBenchError(
                     f"{namespace}: pods or nodes still there after {timeout:.0f} s"
                 )
             await asyncio.sleep(0.5)
+
+
+def _selector_only(params: dict[str, str]) -> dict[str, str]:
+    return {key: value for key, value in params.items() if key == "labelSelector"}
 
 
 def gpupool_scheduler_command(kubeconfig: Path, extra: Sequence[str] = ()) -> list[str]:
@@ -170,8 +192,9 @@ def start_scheduler(
     gpupool_args: Sequence[str] = (),
 ) -> str:
     """Start one scheduler (blocking until kube-scheduler is healthy); its process name."""
-    if scheduler == GPUPOOL:
-        start_gpupool_scheduler(plane, gpupool_args)
+    if scheduler in GPUPOOL_PHASES:
+        claims = ("--claims",) if scheduler == GPUPOOL_CLAIMS else ()
+        start_gpupool_scheduler(plane, [*gpupool_args, *claims])
         return GPUPOOL_PROCESS
     plane.start_kube_scheduler(client)
     return KUBE_SCHEDULER

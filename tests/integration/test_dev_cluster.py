@@ -287,6 +287,30 @@ def test_bench_live_binds_every_pod_with_both_schedulers_in_abba_order(tmp_path:
     assert "kube-scheduler" in done.stdout
 
 
+def test_bench_live_compares_claim_pods_with_the_same_pods_by_extended_resource(
+    tmp_path: Path,
+) -> None:
+    """The claims phase: slices, classes and a claim per pod, bound by gpupool with --claims."""
+    out = tmp_path / "live.json"
+    done = live_bench(
+        "--nodes", "3", "--pods", "20", "--runs", "2", "--json", str(out), "--timeout", "120",
+        "--schedulers", "gpupool,gpupool-claims",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["orders"] == [["gpupool", "gpupool-claims"], ["gpupool-claims", "gpupool"]]
+    assert report["gpupool_claims_pods_per_second"] > 0
+    assert report["gpupool_allocations_ok"] is True
+    assert report["claims_comparison"]["words"] in done.stdout
+    assert "comparison" not in report  # no kube-scheduler phase ran
+    for run in report["per_run"]:
+        phase = run["phases"]["gpupool-claims"]
+        assert phase["complete"], phase
+        assert phase["node_counts"]["ok"], phase["node_counts"]
+        assert phase["allocations"]["claims_checked"] == 20
+        assert phase["allocations"]["claims_allocated_on_their_pods_node"] == 20
+
+
 @pytest.mark.parametrize(
     ("nodes", "expected"), [(50, 50), (150, 100), (1000, 420), (5000, 500), (100_000, 5000)]
 )

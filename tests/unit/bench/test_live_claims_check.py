@@ -1,0 +1,71 @@
+"""The claims phase's check catches a claim pod bound away from its claim, or without one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchlib.live_claims import claim_manifest, claims_summary, node_slice
+from benchlib.live_setup import pod_manifest
+
+from gpupool.devcluster.fakenodes import FakeGpuNode
+
+Json = dict[str, Any]
+LABEL = ("bench", "claims")
+
+
+def _bound(name: str, node: str) -> Json:
+    pod = pod_manifest(name, "gpupool-claims", {"bench": "claims"}, claim=name)
+    pod["metadata"]["namespace"] = "bench-claims"
+    pod["spec"]["nodeName"] = node
+    return pod
+
+
+def _allocated(name: str, node: str, device: str = "gpu-0") -> Json:
+    claim = claim_manifest(name)
+    claim["metadata"]["namespace"] = "bench-claims"
+    result = {"request": "gpu", "driver": "gpu.gpupool.io", "pool": node, "device": device}
+    claim["status"] = {"allocation": {"devices": {"results": [result]}}}
+    return claim
+
+
+def _slices() -> list[Json]:
+    return [node_slice(FakeGpuNode(n, gpus=2), f"uid-{n}", LABEL) for n in ("n0", "n1")]
+
+
+def test_the_claim_pod_asks_by_claim_only_and_the_slice_lists_every_gpu() -> None:
+    pod = _bound("p-1", "n0")
+    (container,) = pod["spec"]["containers"]
+    assert container["resources"] == {"claims": [{"name": "gpu"}]}
+    assert pod["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "p-1"}]
+    assert pod["spec"]["schedulerName"] == "gpupool"
+    (first, *_) = _slices()
+    assert first["metadata"]["labels"]["bench"] == "claims"
+    assert len(first["spec"]["devices"]) == 2
+
+
+def test_pods_on_their_claims_nodes_pass() -> None:
+    pods = [_bound("a", "n0"), _bound("b", "n1")]
+    summary = claims_summary(pods, [_allocated("a", "n0"), _allocated("b", "n1")], _slices())
+    assert summary["ok"], summary
+    assert summary["claims_allocated_on_their_pods_node"] == 2
+
+
+def test_a_pod_bound_away_from_its_claim_or_without_one_fails() -> None:
+    pods = [_bound("a", "n1"), _bound("b", "n1")]
+    unallocated = claim_manifest("b")
+    unallocated["metadata"]["namespace"] = "bench-claims"
+    claims = [_allocated("a", "n0"), unallocated]
+    summary = claims_summary(pods, claims, _slices())
+    assert not summary["ok"]
+    assert summary["problems"] == [
+        "a: bound to n1, its claim allocated elsewhere",
+        "b: bound to n1 with its claim unallocated",
+    ]
+
+
+def test_one_gpu_given_to_two_claims_fails() -> None:
+    pods = [_bound("a", "n0"), _bound("b", "n0")]
+    claims = [_allocated("a", "n0"), _allocated("b", "n0")]
+    summary = claims_summary(pods, claims, _slices())
+    assert not summary["ok"]
+    assert "given whole and to others" in summary["problems"][0]
