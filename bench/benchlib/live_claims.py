@@ -90,8 +90,11 @@ async def check_claims(
 def claims_summary(
     pods: Sequence[JsonObject], claims: Sequence[JsonObject], slices: Sequence[JsonObject]
 ) -> dict[str, Any]:
-    """``ok`` when no claim breaks :func:`claim_problems` and every bound pod's claim is
-    allocated on the pod's node; the first problems found."""
+    """Whether the claims hold what they should, and the first problems found.
+
+    ``ok`` when no claim breaks :func:`claim_problems` and every bound pod's claim is allocated
+    on the pod's node.
+    """
     problems = claim_problems(claims, slices)
     by_name = {claim["metadata"]["name"]: claim for claim in claims}
     allocated = 0

@@ -4,7 +4,7 @@
   pools, no queues) as straight through the scheduler, so switching the engine on changes no
   published number.
 * A short dynamic run holds every metric the issue asks for, keeps every ceiling, and is a
-  function of its seed.
+  function of its seed; with half its pods asking by DRA claim it is the same run.
 * ``gpupool sim dynamic`` as a user runs it: a bad option or a bad pools-and-queues file ends
   with one line naming it; a good run writes the JSON.
 """
@@ -112,6 +112,28 @@ def test_a_short_dynamic_run_reports_every_metric_and_keeps_ceilings(
 def test_the_same_seed_gives_the_same_run(short_runs: list[dict[str, Any]]) -> None:
     first, second = ({k: v for k, v in r.items() if k != "wall_seconds"} for r in short_runs)
     assert first == second
+
+
+def test_half_the_pods_asking_by_claim_change_no_decision(
+    trace_dir: Path, short_runs: list[dict[str, Any]]
+) -> None:
+    """The same run with half the GPU and share pods asking by a claim: every number equal.
+
+    A claim pod reaches the engine with its eligible GPUs (here every GPU, a claim without
+    selectors); placement, order, backfill and preemption must treat it as the same pod by
+    extended resource, or the claim path is a second policy.
+    """
+    nodes = read_nodes(trace_dir / "openb_node_list_gpu_node.csv")
+    pods = read_pods(trace_dir / "openb_pod_list_default.csv")
+    settings = DynamicSettings(rho=1.2, hours=2.0, seed=3, warmup_hours=0.5, scale=0.25, claims=0.5)
+    mixed = run_dynamic(nodes, pods, load_policy(None), settings)
+    assert 0.4 < mixed["claim_pods"] / mixed["arrivals"] < 0.6
+    assert short_runs[0]["claim_pods"] == 0
+    ignored = {"wall_seconds", "claims", "claim_pods"}
+    by_resource, by_claim = (
+        {k: v for k, v in r.items() if k not in ignored} for r in (short_runs[0], mixed)
+    )
+    assert by_claim == by_resource
 
 
 def gpupool(*args: str) -> subprocess.CompletedProcess[str]:

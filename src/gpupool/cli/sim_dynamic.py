@@ -99,6 +99,13 @@ def sim_dynamic(
         typer.Option(help="Apply the governance rules (with --idle-share/--overrun-share)."),
     ] = True,
     team_node_selector: TeamNodeSelector = None,
+    claims: Annotated[
+        float,
+        typer.Option(
+            help="Share of the GPU and share pods that ask by a DRA claim instead of "
+            "gpupool.io/gpu (0..1; the results must not change)."
+        ),
+    ] = 0.0,
 ) -> None:
     """Poisson arrivals at --load, trace shapes, lognormal durations, pools and team queues."""
     from gpupool.policy.config import PolicyConfigError
@@ -133,6 +140,7 @@ def sim_dynamic(
             policy=policy,
             governance=model,
             team_constraints=team_selectors(team_node_selector or []),
+            claims=claims,
         )
     except ValueError as error:
         raise fail(_option_error(error)) from None

@@ -83,6 +83,27 @@ class GpuEligibility:
         return REASON_NO_ELIGIBLE, passed
 
 
+def fails_by_size(eligibility: GpuEligibility | None, snapshot: ClusterSnapshot) -> bool:
+    """Whether a pod that found no room says that no pod of its shape finds room this cycle.
+
+    Yes for a pod by extended resource (``None``) and for a claim pod whose selectors exclude
+    no GPU (a claim of gpupool's class without any); a claim pod that failed for its selectors
+    says nothing of others'. Without the second case the same pods asking by claim were tried
+    where those by extended resource were skipped, and a skipped pod becomes the pool's blocked
+    pod only behind another: ``gpupool sim dynamic --claims 1`` counted two backfills more in
+    1,109 than the same run by extended resource.
+    """
+    if eligibility is None:
+        return True
+    if eligibility.mig_devices is not None:
+        return False
+    columns = eligibility.columns
+    return all(
+        columns.get(row, frozenset()).issuperset(range(node.gpu_count))
+        for row, node in enumerate(snapshot.nodes)
+    )
+
+
 def restrict_choice(
     snapshot: ClusterSnapshot,
     pod: PodSpec,

@@ -33,7 +33,7 @@ from gpupool.policy.quota import Ledger, hold_reason
 from gpupool.policy.units import milli_units
 from gpupool.policy.workload import Workload
 from gpupool.scheduling.backfill import Blocked, Reservations, delayed_nodes, no_smaller
-from gpupool.scheduling.claim_placement import REASON_NO_ELIGIBLE, restrict_choice
+from gpupool.scheduling.claim_placement import REASON_NO_ELIGIBLE, fails_by_size, restrict_choice
 from gpupool.scheduling.decisions import (
     Admit,
     CycleRequest,
@@ -244,8 +244,8 @@ class Cycle:
         """Nothing fits: wait for a nomination, preempt, or become the pool's blocked head."""
         workload, pool = attempt.workload, attempt.pool
         failed = self.failed.setdefault(pool, [])
-        # a claim pod may fail only for its selectors: its size says nothing about others'
-        if len(failed) < FAILED_SHAPES_KEPT and workload.name not in self.request.eligibility:
+        eligibility = self.request.eligibility.get(workload.name)
+        if len(failed) < FAILED_SHAPES_KEPT and fails_by_size(eligibility, self.snapshot):
             failed.append(workload.pod)
         if workload.name in self.nominations:
             node = self.snapshot.node_names[self.nominations[workload.name]]

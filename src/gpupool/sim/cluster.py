@@ -11,6 +11,12 @@ stale), a wait leaves the pod pending, an end frees the pod's GPUs and teaches t
 estimator. The drivers own the clock (:attr:`SimulatedCluster.now`) and what they measure or
 show, through the ``on_*`` hooks, so that a rule of the simulated cluster is written once.
 
+A pod may ask for its GPUs by a DRA claim (:meth:`SimulatedCluster.arrive` with ``claim``): a
+claim of gpupool's class with no selectors, so the engine gets it with every GPU eligible
+(:class:`~gpupool.scheduling.claim_placement.GpuEligibility`), as the live scheduler hands it a
+claim pod. Such a run must match the same pods by extended resource decision for decision,
+which is what says the claim path adds no second policy (tests/sim/test_dynamic.py).
+
 Eviction is immediate here, so a cycle that preempted runs again at once
 (:data:`CYCLE_ROUNDS` in all) and the nominated pod starts without waiting for the next change; a
 live cluster waits for graceful termination, which is what nomination covers.
@@ -22,16 +28,20 @@ import heapq
 from collections.abc import Sequence
 
 from gpupool.core.framework import Scheduler
-from gpupool.core.model import NodeSpec
+from gpupool.core.model import NodeSpec, RequestKind
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.spec import PolicyConfig
 from gpupool.policy.workload import Running, Workload
+from gpupool.scheduling.claim_placement import GpuEligibility
 from gpupool.scheduling.cycle_request import Carried, cycle_request
 from gpupool.scheduling.decisions import Admit, CycleResult, EngineOptions, Preempt, Wait
 from gpupool.scheduling.engine import PolicyEngine
 from gpupool.scheduling.runtime import RuntimeEstimator
 
+CLAIM_KINDS = (RequestKind.WHOLE, RequestKind.SHARE)
+"""What may ask by claim in the simulation (a MIG claim names instances; CPU pods ask for no
+device)."""
 CYCLE_ROUNDS = 4
 """Cycles run back to back while they preempt (bounded, so a chain of preemptions cannot
 spin)."""
@@ -71,9 +81,22 @@ class SimulatedCluster:
         self._ends: list[tuple[float, int, str, int]] = []
         self._ends_pushed = 0
         self._runs: dict[str, int] = {}
+        self.claim_pods: set[str] = set()
+        """The pods that ask by a claim, until they are gone for good."""
+        self._any_gpu = GpuEligibility(
+            {row: frozenset(range(node.gpu_count)) for row, node in enumerate(self.snapshot.nodes)}
+        )
 
-    def arrive(self, workload: Workload, duration: float) -> None:
-        """A pod arrives now; once started it holds its GPUs for ``duration`` seconds."""
+    def arrive(self, workload: Workload, duration: float, claim: bool = False) -> None:
+        """A pod arrives now; once started it holds its GPUs for ``duration`` seconds.
+
+        ``claim``: it asks by a selector-less claim (whole GPUs or a share; not a MIG slice,
+        whose claim names instances the simulated nodes do not have).
+        """
+        if claim:
+            if workload.pod.kind not in CLAIM_KINDS:
+                raise ValueError(f"{workload.name}: only GPU and share pods ask by claim here")
+            self.claim_pods.add(workload.name)
         self.pending[workload.name] = workload
         self._durations[workload.name] = duration
         self.engine.observe(workload)
@@ -95,6 +118,7 @@ class SimulatedCluster:
         if self._runs.get(name) != run:
             return None
         record = self._release(name)
+        self.claim_pods.discard(name)
         queue = self.policy.tables.queues[record.queue].name
         self.runtimes.observe_completion(record.workload, queue, at - record.started_at)
         del self._durations[name]
@@ -108,6 +132,7 @@ class SimulatedCluster:
             self._release(name)
         self.pending.pop(name, None)
         self._durations.pop(name, None)
+        self.claim_pods.discard(name)
         self.changed = True
 
     def run_cycles(self) -> bool:
@@ -128,6 +153,7 @@ class SimulatedCluster:
                 self.now,
                 self.runtimes,
                 self.carried,
+                eligibility={name: self._any_gpu for name in self.claim_pods & self.pending.keys()},
             )
             result = self.engine.cycle(request)
             self.carried = Carried.after(result)

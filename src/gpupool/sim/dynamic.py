@@ -26,6 +26,7 @@ scheduling tick, whichever comes first. What is measured is :mod:`gpupool.sim.dy
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,19 +35,20 @@ import numpy as np
 
 from gpupool.core.constraints import NodeConstraints
 from gpupool.core.framework import Scheduler
-from gpupool.core.model import NodeSpec, PodSpec
+from gpupool.core.model import NodeSpec, PodSpec, RequestKind
 from gpupool.policy.membership import node_labels
 from gpupool.policy.spec import PolicyConfig
 from gpupool.policy.units import MILLI_UNITS
 from gpupool.policy.workload import Running
 from gpupool.scheduling.decisions import Admit, CycleResult, EngineOptions, Preempt
 from gpupool.scheduling.registry import PolicyContext, build_policy
-from gpupool.sim.cluster import SimulatedCluster
+from gpupool.sim.cluster import CLAIM_KINDS, SimulatedCluster
 from gpupool.sim.dynamic_metrics import DynamicMetrics
 from gpupool.sim.governance_model import GovernanceModel, GovernanceSim
 from gpupool.sim.workload_process import Arrival, ArrivalProcess
 
 CYCLE_SECONDS = 20.0
+CLAIM_DRAW = 10_000
 GROUP_LABEL = "sim.gpupool.io/group"
 SHARED_EVERY = 8
 
@@ -66,6 +68,9 @@ class DynamicSettings:
         policy: Placement policy name.
         governance: Pods that go idle or overrun, and the governance rules (None: neither).
         team_constraints: Per team (namespace), the node constraints its pods carry.
+        claims: Fraction of the GPU and share pods that ask by a DRA claim instead of the
+            extended resource (chosen by a hash of the pod's name, so the same pods in every
+            run); the results must not move (:mod:`gpupool.sim.cluster`).
     """
 
     rho: float
@@ -77,10 +82,12 @@ class DynamicSettings:
     policy: str = "default"
     governance: GovernanceModel | None = None
     team_constraints: tuple[tuple[str, NodeConstraints], ...] = ()
+    claims: float = 0.0
 
     def __post_init__(self) -> None:
         checks = (
             ("rho", self.rho > 0),
+            ("claims", 0 <= self.claims <= 1),
             ("hours", self.hours > 0),
             ("warmup_hours", 0 <= self.warmup_hours < self.hours),
             ("scale", 0 < self.scale <= 1),
@@ -143,6 +150,7 @@ class _DynamicRun(SimulatedCluster):
         self.end = settings.hours * 3600.0
         start = settings.warmup_hours * 3600.0
         self.metrics = DynamicMetrics(self.policy, gpus * MILLI_UNITS, start, self.end)
+        self.claims_asked = 0
         self.governance = None
         if settings.governance is not None:  # its own stream: the other draws stay as they were
             own_stream = np.random.SeedSequence(settings.seed).spawn(4)[3]
@@ -177,7 +185,15 @@ class _DynamicRun(SimulatedCluster):
         if self.governance is not None:
             hold = self.governance.hold_time(workload.name, hold)
         self.metrics.pod_arrived(workload)
-        self.arrive(workload, hold)
+        self.arrive(workload, hold, self._asks_by_claim(workload.name, workload.pod.kind))
+
+    def _asks_by_claim(self, name: str, kind: RequestKind) -> bool:
+        share = self.settings.claims
+        if share <= 0 or kind not in CLAIM_KINDS:
+            return False
+        chosen = zlib.crc32(name.encode()) % CLAIM_DRAW < share * CLAIM_DRAW
+        self.claims_asked += chosen
+        return chosen
 
     def _tick(self) -> None:
         """Governance evicts (once per sample period), then the scheduler runs if it has to."""
@@ -229,6 +245,8 @@ class _DynamicRun(SimulatedCluster):
             },
             "wall_seconds": wall_seconds,
             "seeds": [settings.seed],
+            "claims": settings.claims,
+            "claim_pods": self.claims_asked,
         }
         if self.governance is not None:
             allocated = self.metrics.allocated_gpu_hours()
