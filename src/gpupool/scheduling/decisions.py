@@ -37,8 +37,8 @@ class EngineOptions:
     expected to end by their age, and a pod backfills onto a reserved node only if its p90
     runtime ends before the reserved start. Chosen by measurement over EASY backfill
     (:data:`EASY`, the earlier default) in the dynamic simulation: at offered load 1.2 the
-    large pods' p95 wait fell from about 15,100 s to 6,600 s, below strict order's 11,100 s,
-    at the same GPU utilisation (docs/benchmarks.md section 7, round three).
+    large pods' p95 wait fell from about 15,100 s to 7,100 s, below strict order's 11,100 s,
+    at the same GPU utilisation (docs/benchmarks.md section 7, rounds three and five).
 
     Attributes:
         backfill: EASY backfill behind a blocked pod; off means strict order per pool.
