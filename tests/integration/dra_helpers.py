@@ -11,9 +11,15 @@ from typing import Any
 
 from gpupool.agent.dra_slice import slice_devices, slice_object
 from gpupool.agent.nvml import GpuDevice, MigDevice
+from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
 from gpupool.kube.client.api import KubeAPI
-from gpupool.kube.objects.dra import SLICES_PATH
+from gpupool.kube.install.crds import apply_object, install_crds
+from gpupool.kube.install.device_classes import device_class_manifests
+from gpupool.kube.install.rbac import grant_scheduler_role
+from gpupool.kube.objects.dra import CLASSES_PATH, SLICES_PATH
+
+from .live_helpers import SchedulerProcesses
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 Json = dict[str, Any]
@@ -87,3 +93,24 @@ async def create_claim_pod(
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": pod_spec}
     created: Json = await api.create(f"/api/v1/namespaces/{namespace}/pods", body)
     return created
+
+
+async def start_claims_scheduler(
+    api: KubeAPI, control_plane: LocalControlPlane, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    """``gpupool control-plane --claims`` as a user bound to exactly the shipped role, with
+    the CRDs, the claim admission policy and gpupool's DeviceClasses installed."""
+    user = f"gpupool-scheduler-{namespace}"
+    await install_crds(api, scheduler_identities=(user,))
+    await grant_scheduler_role(api, user)
+    for manifest in device_class_manifests():
+        await apply_object(api, CLASSES_PATH, manifest)
+    schedulers.kubeconfig = control_plane.user_kubeconfig(user)
+    schedulers.extra_args = ("--claims",)
+    schedulers.start("claims")
+
+
+async def claims_by_name(api: KubeAPI, namespace: str) -> dict[str, Json]:
+    """The namespace's ResourceClaims by name."""
+    items = await api.list_items(f"{RESOURCE}/namespaces/{namespace}/resourceclaims")
+    return {c["metadata"]["name"]: c for c in items}

@@ -17,12 +17,8 @@ from benchlib.claim_check import claim_problems, claim_results
 
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.client.api import KubeAPI
-from gpupool.kube.install.crds import apply_object, install_crds
-from gpupool.kube.install.device_classes import device_class_manifests
-from gpupool.kube.install.rbac import grant_scheduler_role
-from gpupool.kube.objects.dra import CLASSES_PATH
 
-from .dra_helpers import create_claim_pod, node_with_slice
+from .dra_helpers import claims_by_name, create_claim_pod, node_with_slice, start_claims_scheduler
 from .live_helpers import (
     SchedulerProcesses,
     create_priority_class,
@@ -35,24 +31,6 @@ pytestmark = pytest.mark.integration
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 Json = dict[str, Any]
-
-
-async def _start(
-    api: KubeAPI, control_plane: LocalControlPlane, namespace: str, schedulers: SchedulerProcesses
-) -> None:
-    user = f"gpupool-scheduler-{namespace}"
-    await install_crds(api, scheduler_identities=(user,))
-    await grant_scheduler_role(api, user)
-    for manifest in device_class_manifests():
-        await apply_object(api, CLASSES_PATH, manifest)
-    schedulers.kubeconfig = control_plane.user_kubeconfig(user)
-    schedulers.extra_args = ("--claims",)
-    schedulers.start("claims")
-
-
-async def _claims(api: KubeAPI, namespace: str) -> dict[str, Json]:
-    items = await api.list_items(f"{RESOURCE}/namespaces/{namespace}/resourceclaims")
-    return {c["metadata"]["name"]: c for c in items}
 
 
 async def _settled(api: KubeAPI, namespace: str, count: int) -> bool:
@@ -100,12 +78,12 @@ async def test_claims_for_a_share_a_mig_slice_and_two_gpus_are_allocated_and_rel
         await create_claim_pod(api, namespace, name, request)
     for name, (request, _) in BAD.items():
         await create_claim_pod(api, namespace, name, request)
-    await _start(api, control_plane, namespace, schedulers)
+    await start_claims_scheduler(api, control_plane, namespace, schedulers)
     total = len(requests) + len(BAD)
     await wait_for(lambda: _settled(api, namespace, total), 60, "claim pods to settle")
 
     pods = {p["metadata"]["name"]: p for p in await list_pods(api, namespace)}
-    claims = await _claims(api, namespace)
+    claims = await claims_by_name(api, namespace)
     for name in requests:
         assert pods[name]["spec"]["nodeName"] == f"{namespace}-n0", name
         reserved = claims[name]["status"]["reservedFor"]
@@ -128,7 +106,7 @@ async def test_claims_for_a_share_a_mig_slice_and_two_gpus_are_allocated_and_rel
     )
 
     async def released() -> bool:
-        return not claim_results((await _claims(api, namespace))["two"])
+        return not claim_results((await claims_by_name(api, namespace))["two"])
 
     await wait_for(released, 30, "the deleted pod's claim to be released")
 
@@ -153,11 +131,11 @@ async def test_twenty_claim_pods_in_shuffled_order_share_one_node_without_overla
         else:
             request = {"deviceClassName": "gpu.gpupool.io", "count": rng.choice([1, 2])}
         await create_claim_pod(api, namespace, name, request)
-    await _start(api, control_plane, namespace, schedulers)
+    await start_claims_scheduler(api, control_plane, namespace, schedulers)
     await wait_for(lambda: _settled(api, namespace, len(names)), 60, "claim pods to settle")
 
     pods = {p["metadata"]["name"]: p for p in await list_pods(api, namespace)}
-    claims = await _claims(api, namespace)
+    claims = await claims_by_name(api, namespace)
     bound = {n for n, p in pods.items() if p["spec"].get("nodeName")}
     assert bound
     assert {n for n, c in claims.items() if claim_results(c)} == bound
@@ -173,9 +151,9 @@ async def test_a_claim_pod_is_preempted_for_a_higher_priority_claim_pod(
     await create_priority_class(api, f"{namespace}-high", 1000)
     four = {"deviceClassName": "gpu.gpupool.io", "count": 4}
     await create_claim_pod(api, namespace, "low", four, priority_class=f"{namespace}-low")
-    await _start(api, control_plane, namespace, schedulers)
+    await start_claims_scheduler(api, control_plane, namespace, schedulers)
     await wait_for(lambda: _settled(api, namespace, 1), 60, "the low-priority claim pod")
-    held = {r["device"] for r in claim_results((await _claims(api, namespace))["low"])}
+    held = {r["device"] for r in claim_results((await claims_by_name(api, namespace))["low"])}
     assert len(held) == 4
 
     two = {"deviceClassName": "gpu.gpupool.io", "count": 2}
@@ -186,7 +164,7 @@ async def test_a_claim_pod_is_preempted_for_a_higher_priority_claim_pod(
         return "low" not in pods and bool(pods["urgent"]["spec"].get("nodeName"))
 
     await wait_for(preempted, 90, "low evicted and urgent bound")
-    claims = await _claims(api, namespace)
+    claims = await claims_by_name(api, namespace)
     assert not claim_results(claims["low"])  # released with its pod
     urgent = {r["device"] for r in claim_results(claims["urgent"])}
     assert len(urgent) == 2

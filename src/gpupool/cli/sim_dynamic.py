@@ -63,6 +63,19 @@ TeamNodeSelector = Annotated[
 ]
 
 
+Claims = Annotated[
+    float,
+    typer.Option(
+        help="Share of the GPU and share pods that ask by a DRA claim instead of "
+        "gpupool.io/gpu (0..1; the results must not change)."
+    ),
+]
+Governance = Annotated[
+    bool,
+    typer.Option(help="Apply the governance rules (with --idle-share/--overrun-share)."),
+]
+
+
 @sim_app.command("dynamic")
 def sim_dynamic(
     nodes: Annotated[Path, typer.Option(help="openb node list CSV.")],
@@ -94,18 +107,9 @@ def sim_dynamic(
     overrun_share: Annotated[
         float, typer.Option(help="Share of pods that hold their GPUs past maxShareDuration.")
     ] = 0.0,
-    governance: Annotated[
-        bool,
-        typer.Option(help="Apply the governance rules (with --idle-share/--overrun-share)."),
-    ] = True,
+    governance: Governance = True,
     team_node_selector: TeamNodeSelector = None,
-    claims: Annotated[
-        float,
-        typer.Option(
-            help="Share of the GPU and share pods that ask by a DRA claim instead of "
-            "gpupool.io/gpu (0..1; the results must not change)."
-        ),
-    ] = 0.0,
+    claims: Claims = 0.0,
 ) -> None:
     """Poisson arrivals at --load, trace shapes, lognormal durations, pools and team queues."""
     from gpupool.policy.config import PolicyConfigError

@@ -21,7 +21,7 @@ Everything here is pure: the caller (the live scheduler, a test) owns the snapsh
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,10 +40,29 @@ class GpuEligibility:
     Attributes:
         columns: Node row to eligible GPU columns.
         mig_devices: Node row to eligible MIG device names (MIG requests only).
+        mask: ``columns`` as a (node, GPU) mask of one snapshot's shape (:meth:`over`), so
+            that the checks are array operations rather than a loop over the nodes: with
+            1,000 nodes the loop cost milliseconds per claim pod and try.
     """
 
     columns: Mapping[int, frozenset[int]]
     mig_devices: Mapping[int, tuple[str, ...]] | None = None
+    mask: BoolArray | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def over(
+        cls, snapshot: ClusterSnapshot, columns: Mapping[int, frozenset[int]]
+    ) -> GpuEligibility:
+        """GPU columns of a whole-GPU or share claim, with their mask over ``snapshot``."""
+        mask = np.zeros(snapshot.gpu_free.shape, dtype=np.bool_)
+        for row, eligible in columns.items():
+            mask[row, list(eligible)] = True
+        return cls(columns, None, mask)
+
+    def mask_for(self, snapshot: ClusterSnapshot) -> BoolArray | None:
+        """The mask, if it was made for a snapshot of this shape."""
+        mask = self.mask
+        return mask if mask is not None and mask.shape == snapshot.gpu_free.shape else None
 
     def row_mask(self, snapshot: ClusterSnapshot, node: int) -> BoolArray:
         """Eligible GPU columns of one node as a mask over the snapshot's width."""
@@ -60,6 +79,10 @@ class GpuEligibility:
             for node, names in (self.mig_devices or {}).items():
                 passed[node] = any(name not in taken for name in names)
             return REASON_NO_ELIGIBLE, passed
+        mask = self.mask_for(snapshot)
+        if mask is not None:
+            free = (eligible_gpus(snapshot, pod) & mask).sum(axis=1)
+            return REASON_NO_ELIGIBLE, free >= pod.gpu_count
         for node in self.columns:
             free = eligible_gpus(snapshot, pod, node) & self.row_mask(snapshot, node)
             passed[node] = int(free.sum()) >= pod.gpu_count
@@ -78,6 +101,9 @@ class GpuEligibility:
         if pod.kind is RequestKind.MIG:
             passed[list((self.mig_devices or {}).keys())] = True
             return REASON_NO_ELIGIBLE, passed
+        mask = self.mask_for(snapshot)
+        if mask is not None:
+            return REASON_NO_ELIGIBLE, mask.sum(axis=1) >= pod.gpu_count
         for node, columns in self.columns.items():
             passed[node] = len(columns) >= pod.gpu_count
         return REASON_NO_ELIGIBLE, passed
@@ -97,6 +123,9 @@ def fails_by_size(eligibility: GpuEligibility | None, snapshot: ClusterSnapshot)
         return True
     if eligibility.mig_devices is not None:
         return False
+    mask = eligibility.mask_for(snapshot)
+    if mask is not None:
+        return bool(np.all(mask | ~snapshot.gpu_exists))
     columns = eligibility.columns
     return all(
         columns.get(row, frozenset()).issuperset(range(node.gpu_count))

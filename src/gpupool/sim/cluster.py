@@ -83,8 +83,9 @@ class SimulatedCluster:
         self._runs: dict[str, int] = {}
         self.claim_pods: set[str] = set()
         """The pods that ask by a claim, until they are gone for good."""
-        self._any_gpu = GpuEligibility(
-            {row: frozenset(range(node.gpu_count)) for row, node in enumerate(self.snapshot.nodes)}
+        self._any_gpu = GpuEligibility.over(
+            self.snapshot,
+            {row: frozenset(range(node.gpu_count)) for row, node in enumerate(self.snapshot.nodes)},
         )
 
     def arrive(self, workload: Workload, duration: float, claim: bool = False) -> None:

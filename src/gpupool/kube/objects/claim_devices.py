@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
+
+import msgspec
 
 from gpupool.core.model import PodSpec
 from gpupool.kube.objects.claims import (
@@ -31,6 +34,7 @@ from gpupool.kube.objects.claims import (
     claim_sources,
     gpupool_request,
 )
+from gpupool.kube.objects.device_cache import DeviceCache, DeviceScan, EligibleDevices
 from gpupool.kube.objects.dra import (
     ATTRIBUTE_TYPE,
     CAPACITY_COMPUTE,
@@ -47,12 +51,9 @@ from gpupool.kube.objects.dra import (
 )
 from gpupool.kube.objects.dra_cel import (
     COMPILER,
-    CelDevice,
     CompiledSelector,
     SelectorCompileError,
     SelectorCompiler,
-    Verdict,
-    cel_device,
 )
 from gpupool.kube.objects.quantity import MIB, binary_quantity, milli_quantity, parse_quantity
 from gpupool.kube.objects.records import PodRecord
@@ -60,21 +61,6 @@ from gpupool.kube.objects.translate import InvalidObjectError
 
 MAX_REPORTED_ERRORS = 3
 _SHARE_NAMESPACE = uuid.UUID("6c1f1a4e-4a43-4c52-9f55-6770757f6f6c")
-
-
-@dataclass(frozen=True, slots=True)
-class EligibleDevices:
-    """The devices a request may use.
-
-    Attributes:
-        by_node: Node name to eligible device names, in slice order.
-        uuids: Device name to UUID per node (to map GPUs onto snapshot columns).
-        errors: Selector evaluation errors (a few), for the pending reason when none matches.
-    """
-
-    by_node: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    uuids: dict[str, dict[str, str]] = field(default_factory=dict)
-    errors: tuple[str, ...] = ()
 
 
 def _selectors(
@@ -129,60 +115,6 @@ def _of_kind(request: GpupoolRequest, device: Device) -> bool:
     return kind is not None and kind.string == TYPE_GPU
 
 
-class DeviceCache:
-    """CEL inputs and selector verdicts of slice devices, per slice generation.
-
-    Evaluating CEL costs tens of microseconds per device and selector, and a cluster has
-    thousands of devices but few distinct selectors (most pods of a team write the same ones),
-    so a verdict is kept per (expression, slice, generation, device): a pod like an earlier one
-    costs dictionary lookups, and a slice that changes gets a new generation, hence new keys.
-    Both maps are bounded; past ``limit`` entries they start again empty.
-    """
-
-    def __init__(self, compiler: SelectorCompiler = COMPILER, limit: int = 1_000_000) -> None:
-        self._compiler = compiler
-        self._limit = limit
-        self._devices: dict[tuple[str, int, str], CelDevice] = {}
-        self._verdicts: dict[tuple[str, str, int, str], Verdict] = {}
-
-    def get(self, resource_slice: ResourceSlice, device: Device) -> CelDevice:
-        """The CEL input of one device of ``resource_slice``.
-
-        Raises:
-            ValueError: A ``version`` attribute that is not semver.
-        """
-        key = (resource_slice.metadata.uid, resource_slice.spec.pool.generation, device.name)
-        found = self._devices.get(key)
-        if found is None:
-            if len(self._devices) >= self._limit:
-                self._devices.clear()
-            found = cel_device(resource_slice.spec.driver, device, self._compiler.values)
-            self._devices[key] = found
-        return found
-
-    def verdict(
-        self, selector: CompiledSelector, resource_slice: ResourceSlice, device: Device
-    ) -> Verdict:
-        """``selector`` evaluated on one device (cached).
-
-        Raises:
-            ValueError: A ``version`` attribute that is not semver.
-        """
-        key = (
-            selector.expression,
-            resource_slice.metadata.uid,
-            resource_slice.spec.pool.generation,
-            device.name,
-        )
-        found = self._verdicts.get(key)
-        if found is None:
-            if len(self._verdicts) >= self._limit:
-                self._verdicts.clear()
-            found = selector.evaluate(self.get(resource_slice, device))
-            self._verdicts[key] = found
-        return found
-
-
 def _memory_mib(device: Device) -> int:
     capacity = device.capacity.get(CAPACITY_MEMORY)
     return int(parse_quantity(capacity.value) / MIB) if capacity else 0
@@ -191,7 +123,7 @@ def _memory_mib(device: Device) -> int:
 def eligible_devices(
     owner: str,
     request: GpupoolRequest,
-    slices: Iterable[ResourceSlice],
+    slices: Sequence[ResourceSlice],
     cache: DeviceCache,
     compiler: SelectorCompiler = COMPILER,
 ) -> EligibleDevices:
@@ -202,6 +134,31 @@ def eligible_devices(
             than any GPU device has.
     """
     selectors = _selectors(owner, request, compiler)
+    tolerations = request.exactly.tolerations
+    key = (
+        request.kind,
+        request.mig_profile,
+        tuple(selector.expression for selector in selectors),
+        msgspec.json.encode(tolerations),
+    )
+    result = cache.of_slices(key, slices, partial(_scan, request, selectors, slices, cache))
+    if request.kind == "share" and result.largest and request.memory_mib > result.largest:
+        raise InvalidObjectError(
+            owner,
+            f"{request.field}.exactly.capacity.requests[{CAPACITY_MEMORY}]",
+            f"{request.memory_mib}Mi is more memory than any device has "
+            f"(largest: {result.largest}Mi)",
+        )
+    return result.eligible
+
+
+def _scan(
+    request: GpupoolRequest,
+    selectors: Sequence[CompiledSelector],
+    slices: Sequence[ResourceSlice],
+    cache: DeviceCache,
+) -> DeviceScan:
+    """Every device of gpupool's slices judged for one kind of request."""
     tolerations = request.exactly.tolerations
     result = EligibleDevices()
     errors: list[str] = []
@@ -233,13 +190,8 @@ def eligible_devices(
             for d in resource_slice.spec.devices
             if "uuid" in d.attributes
         }
-    if request.kind == "share" and largest and request.memory_mib > largest:
-        raise InvalidObjectError(
-            owner,
-            f"{request.field}.exactly.capacity.requests[{CAPACITY_MEMORY}]",
-            f"{request.memory_mib}Mi is more memory than any device has (largest: {largest}Mi)",
-        )
-    return EligibleDevices(result.by_node, result.uuids, tuple(errors[:MAX_REPORTED_ERRORS]))
+    scanned = EligibleDevices(result.by_node, result.uuids, tuple(errors[:MAX_REPORTED_ERRORS]))
+    return DeviceScan(scanned, largest)
 
 
 def gpu_columns(eligible: EligibleDevices, node: str, node_uuids: Sequence[str]) -> frozenset[int]:
@@ -345,7 +297,8 @@ def translate_pod_claims(
     if not pod.spec.resource_claims:
         return None
     sources = claim_sources(pod, claims, templates)
-    request = gpupool_request(pod, sources, classes, max_gpus_per_node(slices) or MAX_COUNT)
+    most = cache.of_slices(("max_gpus",), slices, partial(max_gpus_per_node, slices))
+    request = gpupool_request(pod, sources, classes, most or MAX_COUNT)
     if request is None:
         return None
     spec = claim_pod_spec(pod, request)

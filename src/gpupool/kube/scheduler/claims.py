@@ -32,14 +32,12 @@ from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.kube.client.informer import DELETED
 from gpupool.kube.objects import claim_record
 from gpupool.kube.objects.claim_devices import (
-    DeviceCache,
-    EligibleDevices,
     allocation_result,
     device_of_column,
-    gpu_columns,
     translate_pod_claims,
 )
 from gpupool.kube.objects.claims import GpupoolRequest, claim_lookups, claim_pod_spec
+from gpupool.kube.objects.device_cache import DeviceCache, EligibleDevices
 from gpupool.kube.objects.dra import (
     ANNOTATION_CLAIM_ALLOCATION,
     CAPACITY_COMPUTE,
@@ -56,6 +54,7 @@ from gpupool.kube.objects.quantity import MIB, parse_quantity
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.signing import RecordSigner
 from gpupool.kube.objects.translate import InvalidObjectError, pod_spec
+from gpupool.kube.scheduler.claim_eligibility import EligibilityCache, mig_eligibility
 from gpupool.scheduling.claim_placement import GpuEligibility
 
 log = logging.getLogger(__name__)
@@ -137,6 +136,8 @@ class ClaimBook:
     assumed: dict[str, AllocationResult] = field(default_factory=dict)
     cache: DeviceCache = field(default_factory=DeviceCache)
     by_uid: dict[str, ResourceClaim] = field(default_factory=dict)
+    _in_order: tuple[ResourceSlice, ...] | None = None
+    _eligibility: EligibilityCache = field(default_factory=EligibilityCache)
 
     def on_claim(self, kind: str, claim: ResourceClaim) -> None:
         """Informer handler for ResourceClaims."""
@@ -177,6 +178,13 @@ class ClaimBook:
             self.slices.pop(node, None)
         else:
             self.slices[node] = resource_slice
+        self._in_order = None  # a new list object: the device cache's scans start again
+
+    def _slice_list(self) -> tuple[ResourceSlice, ...]:
+        """The slices in node order, one object until a slice changes."""
+        if self._in_order is None:
+            self._in_order = tuple(self.slices[n] for n in sorted(self.slices))
+        return self._in_order
 
     # -- pending claim pods ------------------------------------------------------------------
 
@@ -189,9 +197,8 @@ class ClaimBook:
             InvalidObjectError: The pod cannot be placed as asked; the message names the field.
         """
         claims, templates = claim_lookups(self.claims, self.templates)
-        slices = [self.slices[n] for n in sorted(self.slices)]
         translated = translate_pod_claims(
-            pod, claims, templates, self.classes.get, slices, self.cache
+            pod, claims, templates, self.classes.get, self._slice_list(), self.cache
         )
         if translated is None:
             return None
@@ -217,16 +224,10 @@ class ClaimBook:
                 f"{request.field}.exactly.selectors",
                 f"no device matches; evaluating them failed: {'; '.join(eligible.errors)}",
             )
-        columns: dict[int, frozenset[int]] = {}
-        migs: dict[int, tuple[str, ...]] = {}
-        taken = self.taken_mig_devices()
-        for node, names in eligible.by_node.items():
-            row = snapshot.node_index.get(node)
-            if row is None:
-                continue
-            columns[row] = gpu_columns(eligible, node, uuids.get(node, ()))
-            migs[row] = tuple(n for n in names if (node, n) not in taken)
-        eligibility = GpuEligibility(columns, migs if request.kind == "mig" else None)
+        if request.kind == "mig":
+            eligibility = mig_eligibility(eligible, snapshot, uuids, self.taken_mig_devices())
+        else:
+            eligibility = self._eligibility.of(eligible, snapshot, uuids)
         return ClaimPlacement(translated.spec, eligibility, ClaimPlan(claim, request, eligible))
 
     def _assumed_results(self, claim: ResourceClaim) -> tuple[DeviceRequestAllocationResult, ...]:
