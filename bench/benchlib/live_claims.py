@@ -24,18 +24,17 @@ from gpupool.agent.nvml import GpuDevice
 from gpupool.devcluster.fakenodes import FakeGpuNode
 from gpupool.kube.client.api import JsonObject, KubeAPI
 from gpupool.kube.install.device_classes import install_device_classes
-from gpupool.kube.objects.dra import SLICES_PATH
+from gpupool.kube.objects.dra import API_VERSION, CLASS_WHOLE, SLICES_PATH
 
-RESOURCE = "/apis/resource.k8s.io/v1"
-CLAIM_CLASS = "gpu.gpupool.io"
+RESOURCE = f"/apis/{API_VERSION}"
 PROBLEMS_KEPT = 10
 
 
 def claim_manifest(name: str) -> JsonObject:
     """A claim for one whole GPU of gpupool's driver (what a ``gpupool.io/gpu: 1`` pod asks)."""
-    request = {"name": "gpu", "exactly": {"deviceClassName": CLAIM_CLASS}}
+    request = {"name": "gpu", "exactly": {"deviceClassName": CLASS_WHOLE}}
     return {
-        "apiVersion": "resource.k8s.io/v1",
+        "apiVersion": API_VERSION,
         "kind": "ResourceClaim",
         "metadata": {"name": name, "labels": {"app": "bench"}},
         "spec": {"devices": {"requests": [request]}},

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from benchlib.live_claims import RESOURCE
 from gpupool.devcluster.controlplane import LocalControlPlane, SchedulerClient
 from gpupool.devcluster.fakenodes import FakeGpuNode
 from gpupool.devcluster.processes import ManagedProcess
@@ -36,7 +37,6 @@ LABELS = {GPUPOOL: "gpupool", KUBE_SCHEDULER: "kube", GPUPOOL_CLAIMS: "claims"}
 GPUPOOL_PROCESS = "gpupool-scheduler"
 POD_IMAGE = "registry.k8s.io/pause:3.10"
 PHASE_LABEL = "bench"
-RESOURCE = "/apis/resource.k8s.io/v1"
 
 
 class LiveBenchError(RuntimeError):

@@ -30,10 +30,16 @@ _namespaces = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalControlPlane]:
-    """etcd, kube-apiserver and kwok (with gpupool's stages) for one test module."""
+def control_plane(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[LocalControlPlane]:
+    """etcd, kube-apiserver and kwok (with gpupool's stages) for one test module.
+
+    A module that sets ``CONTROLLERS = True`` gets kube-controller-manager too.
+    """
     folder: Path = tmp_path_factory.mktemp("control-plane")
-    plane = LocalControlPlane(folder=folder, keep_folder=True)
+    controllers = getattr(request.module, "CONTROLLERS", False)
+    plane = LocalControlPlane(folder=folder, keep_folder=True, controllers=controllers)
     plane.start()
     try:
         plane.start_kwok()

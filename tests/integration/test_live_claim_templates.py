@@ -9,8 +9,6 @@ with the slice the agent would publish.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,25 +18,21 @@ from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.client.api import KubeAPI
 
 from .dra_helpers import RESOURCE, claims_by_name, node_with_slice, start_claims_scheduler
-from .live_helpers import SchedulerProcesses, list_pods, wait_for
+from .live_helpers import SchedulerProcesses, grant_role, list_pods, wait_for
 
 pytestmark = pytest.mark.integration
 
 Json = dict[str, Any]
 REPLICAS = 3
-
-
-@pytest.fixture(scope="module")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalControlPlane]:
-    """etcd, kube-apiserver, kube-controller-manager and kwok for this module."""
-    folder: Path = tmp_path_factory.mktemp("control-plane")
-    plane = LocalControlPlane(folder=folder, keep_folder=True, controllers=True)
-    plane.start()
-    try:
-        plane.start_kwok()
-        yield plane
-    finally:
-        plane.stop()
+CONTROLLERS = True  # the conftest's control plane runs kube-controller-manager too
+TENANT_RULES = [
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaimtemplates"],
+        "verbs": ["create", "get", "list"],
+    },
+    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create", "get", "patch"]},
+]
 
 
 def _deployment(node_label: str, replicas: int) -> Json:
@@ -87,10 +81,16 @@ async def test_a_deployments_replicas_get_a_claim_each_and_share_no_gpu(
 ) -> None:
     node = f"{namespace}-n0"
     slices = await node_with_slice(api, node)
-    await _claim_template(api, namespace)
-    await start_claims_scheduler(api, control_plane, namespace, schedulers)
+    tenant = f"tenant-{namespace}"
+    await grant_role(api, namespace, tenant, TENANT_RULES)
+    tenant_api = KubeAPI.from_kubeconfig(control_plane.user_kubeconfig(tenant))
     deployments = f"/apis/apps/v1/namespaces/{namespace}/deployments"
-    await api.create(deployments, _deployment(node, REPLICAS))
+    try:  # the tenant, with rights in its namespace only, writes the template and Deployment
+        await _claim_template(tenant_api, namespace)
+        await start_claims_scheduler(api, control_plane, namespace, schedulers)
+        await tenant_api.create(deployments, _deployment(node, REPLICAS))
+    finally:
+        await tenant_api.close()
 
     async def bound() -> bool:
         pods = await list_pods(api, namespace)
@@ -113,7 +113,7 @@ async def test_a_deployments_replicas_get_a_claim_each_and_share_no_gpu(
     assert len(devices) == REPLICAS  # sharing nothing
     assert claim_problems(claims.values(), slices) == []
 
-    await api.patch(f"{deployments}/trainer", {"spec": {"replicas": 1}})
+    await api.patch(f"{deployments}/trainer", {"spec": {"replicas": 1}})  # the tenant could too
 
     async def scaled_down() -> bool:
         left = await claims_by_name(api, namespace)

@@ -41,8 +41,8 @@ class GpuEligibility:
         columns: Node row to eligible GPU columns.
         mig_devices: Node row to eligible MIG device names (MIG requests only).
         mask: ``columns`` as a (node, GPU) mask of one snapshot's shape (:meth:`over`), so
-            that the checks are array operations rather than a loop over the nodes: with
-            1,000 nodes the loop cost milliseconds per claim pod and try.
+            that the checks are array operations rather than a loop over the nodes, on every
+            try of every claim pod.
     """
 
     columns: Mapping[int, frozenset[int]]

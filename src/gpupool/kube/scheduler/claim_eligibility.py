@@ -3,8 +3,8 @@
 Most claim pods of a cluster ask alike (one class, the same selectors), so the device cache
 hands them one scan (:class:`~gpupool.kube.objects.device_cache.DeviceCache`), and this module
 turns a scan into the engine's :class:`~gpupool.scheduling.claim_placement.GpuEligibility`
-once per snapshot: with 1,000 nodes, mapping the devices onto columns and building the mask
-cost milliseconds, on every try of every claim pod.
+once per snapshot, rather than mapping the devices onto columns and building the mask on every
+try of every claim pod.
 """
 
 from __future__ import annotations
