@@ -59,17 +59,21 @@ async def create_claim_pod(
     scheduler: str = "gpupool",
     joins: str | None = None,
     priority_class: str = "",
+    image: str = "busybox",
+    grace_seconds: int | None = None,
 ) -> Json:
     """A claim of one request, and a pod using it on the nodes labelled ``test=<node_label>``
     (default: the namespace's first node, ``<namespace>-n0``); returns the pod as created.
 
     ``joins``: no new claim; the pod uses this existing claim (``request`` is ignored).
     ``priority_class``: the pod's PriorityClass (none: the cluster's default priority).
+    ``image``, ``grace_seconds``: for a real kubelet (its runtime knows one image; a pod
+    deleted with no grace is gone at once).
     """
     claim_spec = {"devices": {"requests": [{"name": "gpu", "exactly": request}]}}
     container = {
         "name": "main",
-        "image": "busybox",
+        "image": image,
         "resources": {"requests": {"cpu": "100m"}, "claims": [{"name": "gpu"}]},
     }
     pod_spec = {
@@ -80,6 +84,8 @@ async def create_claim_pod(
     }
     if priority_class:
         pod_spec["priorityClassName"] = priority_class
+    if grace_seconds is not None:
+        pod_spec["terminationGracePeriodSeconds"] = grace_seconds
     if joins is None:
         await api.create(
             f"{RESOURCE}/namespaces/{namespace}/resourceclaims",

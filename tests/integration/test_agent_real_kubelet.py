@@ -30,7 +30,9 @@ from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.devcluster.processes import free_port
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.install.crds import install_crds
+from gpupool.kube.install.rbac import grant_scheduler_role
 
+from .dra_helpers import claims_by_name, create_claim_pod
 from .live_helpers import SchedulerProcesses, gpu_pod, list_pods, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_kubelet]
@@ -101,7 +103,7 @@ class RealNode:
             ],
         )
 
-    def start_agent(self) -> None:
+    def start_agent(self, preset: str = "h100") -> None:
         for folder in ("pipe", "shm"):  # what the MPS daemon makes when it starts (it needs a GPU)
             (self.root / "mps" / folder).mkdir(parents=True, exist_ok=True)
         self._spawn(
@@ -113,7 +115,7 @@ class RealNode:
                 "agent",
                 f"--node-name={self.name}",
                 f"--kubeconfig={self.kubeconfig}",
-                "--fake-gpus=h100",
+                f"--fake-gpus={preset}",
                 f"--plugin-dir={PLUGIN_DIR}",
                 f"--pod-resources-socket={self.root}/kubelet/pod-resources/kubelet.sock",
                 f"--plugins-registry-dir={self.root}/kubelet/plugins_registry",
@@ -363,168 +365,152 @@ async def test_shares_under_a_real_kubelet(
 
 
 RESOURCE = "/apis/resource.k8s.io/v1"
+SHARE = {
+    "deviceClassName": "gpu-share.gpupool.io",
+    "capacity": {"requests": {"memory": "8Gi", "compute": "250m"}},
+}
 
 
-def _claim_pod(name: str, node: str, claim: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,  # placed by hand, as gpupool's scheduler will (part 2)
-            "terminationGracePeriodSeconds": 0,
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-            "containers": [
-                {"name": "main", "image": IMAGE, "resources": {"claims": [{"name": "gpu"}]}}
-            ],
-        },
-    }
+def _visible(node: str, device: str) -> str:
+    """The UUID a container sees for a device of the a100-mig preset (``gpu-5``, ``mig-2-3``)."""
+    kind, *numbers = device.split("-")
+    return f"{'GPU' if kind == 'gpu' else 'MIG'}-{node}-{'-'.join(numbers)}"
 
 
-def _request(device_class: str, **exactly: Any) -> dict[str, Any]:
-    return {"name": "gpu", "exactly": {"deviceClassName": device_class, **exactly}}
-
-
-async def _allocate(
-    api: KubeAPI, namespace: str, claim: str, pod: dict[str, Any], node: str, results: list[Any]
+async def test_claims_placed_by_gpupool_are_prepared_under_a_real_kubelet(
+    api: KubeAPI,
+    control_plane: LocalControlPlane,
+    namespace: str,
+    real_node: RealNode,
+    schedulers: SchedulerProcesses,
 ) -> None:
-    """Write the allocation, reservedFor and gpupool's record, as the scheduler will."""
-    from gpupool.kube.objects.claim_devices import share_id
-
-    stored = await api.get(f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{claim}")
-    uid = stored["metadata"]["uid"]
-    full = [
-        {
-            "request": "gpu",
-            "driver": "gpu.gpupool.io",
-            "pool": node,
-            "device": device,
-            "shareID": share_id(uid, device),
-            "consumedCapacity": consumed,
-        }
-        for device, consumed in results
-    ]
-    record = {"node": node, "results": full, "scheduler": "test", "time": "t", "sig": ""}
-    path = f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{claim}"
-    await api.patch(
-        path, {"metadata": {"annotations": {"gpupool.io/claim-allocation": json.dumps(record)}}}
-    )
-    selector = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-    await api.patch(
-        f"{path}/status",
-        {
-            "status": {
-                "allocation": {
-                    "devices": {"results": full},
-                    "nodeSelector": {"nodeSelectorTerms": [selector]},
-                },
-                "reservedFor": [
-                    {
-                        "resource": "pods",
-                        "name": pod["metadata"]["name"],
-                        "uid": pod["metadata"]["uid"],
-                    }
-                ],
-            }
-        },
-    )
-
-
-async def test_dra_claims_under_a_real_kubelet(
-    api: KubeAPI, namespace: str, real_node: RealNode
-) -> None:
+    """Claims for a share, a MIG slice and two whole GPUs: allocated by ``gpupool control-plane
+    --claims`` (as exactly the shipped role), prepared by the agent for the real kubelet, each
+    container given exactly its devices and caps; deletion unprepares and frees the capacity a
+    waiting claim for four GPUs needs. No admission policy is installed here, as on a cluster
+    installed without them: what stops a forged allocation is the agent's own check."""
     node = real_node
+    user = f"gpupool-scheduler-{namespace}"
     await install_crds(api)  # gpupool's DeviceClasses with the CRDs
+    await grant_scheduler_role(api, user)
     node.start_runtime()
     node.start_kubelet()
-    node.start_agent()
+    node.start_agent("a100-mig")  # GPUs 0-3 in MIG mode (7 x 1g.10gb each), 4-7 whole
 
     async def published() -> bool:
         try:
             stored = await api.get(f"{RESOURCE}/resourceslices/{node.name}-gpu.gpupool.io")
         except Exception:  # not yet, or wiped by the kubelet's start
             return False
-        return len(stored["spec"]["devices"]) == 8
+        return len(stored["spec"]["devices"]) == 4 * 7 + 4
 
     await wait_for(published, 90, "the agent's ResourceSlice after registering with the kubelet")
-    claims = f"{RESOURCE}/namespaces/{namespace}/resourceclaims"
-    share = {"memory": "8Gi", "compute": "250m"}
-    whole = {"memory": "81559Mi", "compute": "1"}
-    cases = {
-        "share": (
-            _request("gpu-share.gpupool.io", capacity={"requests": share}),
-            [("gpu-3", share)],
-        ),
-        "two": (_request("gpu.gpupool.io", count=2), [("gpu-5", whole), ("gpu-6", whole)]),
+    await api.patch(f"/api/v1/nodes/{node.name}", {"metadata": {"labels": {"test": node.name}}})
+    schedulers.kubeconfig = control_plane.user_kubeconfig(user)
+    schedulers.extra_args = ("--claims",)
+    schedulers.start("claims")
+    requests = {
+        "share": SHARE,
+        "mig": {"deviceClassName": "mig-1g.10gb.gpupool.io"},
+        "two": {"deviceClassName": "gpu.gpupool.io", "count": 2},
     }
-    pods = {}
-    for name, (request, _) in cases.items():
-        await api.create(
-            claims,
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {"name": name},
-                "spec": {"devices": {"requests": [request]}},
-            },
+    for name, request in requests.items():
+        await create_claim_pod(
+            api, namespace, name, request, node_label=node.name, image=IMAGE, grace_seconds=0
         )
-        pods[name] = await api.create(
-            f"/api/v1/namespaces/{namespace}/pods", _claim_pod(f"pod-{name}", node.name, name)
-        )
-    for name, (_, results) in cases.items():
-        await _allocate(api, namespace, name, pods[name], node.name, results)
 
     async def running() -> bool:
-        return await _running(api, namespace, {f"pod-{n}" for n in cases})
+        return await _running(api, namespace, set(requests))
 
-    await wait_for(running, 120, "both claim pods Running on the real kubelet")
+    await wait_for(running, 180, "the three claim pods placed by gpupool and Running")
+    # all four whole GPUs: one is the share's, two are held; it waits for them
+    await create_claim_pod(
+        api,
+        namespace,
+        "four",
+        {"deviceClassName": "gpu.gpupool.io", "count": 4},
+        node_label=node.name,
+        image=IMAGE,
+        grace_seconds=0,
+    )
+    claims = await claims_by_name(api, namespace)
     created = {c["pod"]: c for c in node.created_containers()}
-    uids = {n: (await api.get(f"{claims}/{n}"))["metadata"]["uid"] for n in cases}
-    shared = created["pod-share"]
-    assert shared["cdiDevices"] == [f"gpupool.io/claim={uids['share']}"]
-    assert shared["env"]["CUDA_VISIBLE_DEVICES"] == f"GPU-{node.name}-3"
-    assert shared["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M"
-    assert shared["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
-    assert shared["env"]["GPUPOOL_CLAIM_UID"] == uids["share"]
-    assert "/dev/nvidia3" in shared["deviceNodes"]
-    two = created["pod-two"]
-    assert two["cdiDevices"] == [f"gpupool.io/claim={uids['two']}"]
-    assert two["env"]["CUDA_VISIBLE_DEVICES"] == f"GPU-{node.name}-5,GPU-{node.name}-6"
-    assert not {k for k in two["env"] if k.startswith("CUDA_MPS")}
-    assert {"/dev/nvidia5", "/dev/nvidia6"} <= set(two["deviceNodes"])
-    assert node.specs("claim") == {f"gpupool.io-claim-{uid}.json" for uid in uids.values()}
+    devices = {}
+    for name in requests:
+        claim = claims[name]
+        devices[name] = [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]]
+        assert claim["status"]["reservedFor"][0]["name"] == name
+        container = created[name]
+        assert container["cdiDevices"] == [f"gpupool.io/claim={claim['metadata']['uid']}"]
+        assert container["env"]["GPUPOOL_CLAIM_UID"] == claim["metadata"]["uid"]
+        visible = [_visible(node.name, d) for d in devices[name]]
+        assert container["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(visible), name
+    assert devices["share"][0].startswith("gpu-")
+    assert devices["mig"][0].startswith("mig-")
+    assert len(set(devices["two"]) | {devices["share"][0]}) == 3  # no GPU given twice
+    share_env = created["share"]["env"]
+    assert share_env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M"
+    assert share_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert f"/dev/nvidia{devices['share'][0].split('-')[1]}" in created["share"]["deviceNodes"]
+    for name in ("mig", "two"):
+        assert not {k for k in created[name]["env"] if k.startswith("CUDA_MPS")}, name
+    assert {f"/dev/nvidia{d.split('-')[1]}" for d in devices["two"]} <= set(
+        created["two"]["deviceNodes"]
+    )
+    assert node.specs("claim") == {
+        f"gpupool.io-claim-{claims[n]['metadata']['uid']}.json" for n in requests
+    }
+    four = await api.get(f"/api/v1/namespaces/{namespace}/pods/four")
+    assert not four["spec"].get("nodeName")
 
-    # a claim gpupool did not allocate (no record): the kubelet shows the agent's refusal
-    await api.create(
-        claims,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "forged"},
-            "spec": {"devices": {"requests": [_request("gpu.gpupool.io")]}},
-        },
+    # the share claim's allocation and signed record copied onto another claim, bound by hand:
+    # the signature is for the share claim's uid, so the agent refuses it
+    claims_path = f"{RESOURCE}/namespaces/{namespace}/resourceclaims"
+    forged = await create_claim_pod(
+        api, namespace, "forged", SHARE, node_label=node.name, image=IMAGE, scheduler="none"
     )
-    forged = await api.create(
-        f"/api/v1/namespaces/{namespace}/pods", _claim_pod("pod-forged", node.name, "forged")
-    )
-    await _allocate(api, namespace, "forged", forged, node.name, [("gpu-3", whole)])
     await api.patch(
-        f"{claims}/forged",
-        {"metadata": {"annotations": {"gpupool.io/claim-allocation": None}}},
+        f"{claims_path}/forged",
+        {"metadata": {"annotations": claims["share"]["metadata"]["annotations"]}},
     )
+    allocation = claims["share"]["status"]["allocation"]
+    reserved = [{"resource": "pods", "name": "forged", "uid": forged["metadata"]["uid"]}]
+    await api.patch(
+        f"{claims_path}/forged/status",
+        {"status": {"allocation": allocation, "reservedFor": reserved}},
+    )
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "forged"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node.name},
+    }
+    await api.create(f"/api/v1/namespaces/{namespace}/pods/forged/binding", binding)
 
     async def refused() -> bool:
         events = await api.get(f"/api/v1/namespaces/{namespace}/events")
         return any(
-            "no gpupool.io/claim-allocation record" in e.get("message", "") for e in events["items"]
+            "not signed by this cluster's gpupool scheduler for this claim" in e.get("message", "")
+            for e in events["items"]
         )
 
-    await wait_for(refused, 120, "the kubelet to report the agent's refusal of the forged claim")
-    assert "pod-forged" not in {c["pod"] for c in node.created_containers()}
+    await wait_for(refused, 120, "the kubelet to report the agent's refusal of the copied record")
+    assert "forged" not in {c["pod"] for c in node.created_containers()}
+    await api.delete(f"/api/v1/namespaces/{namespace}/pods/forged")
 
-    # deletion: the kubelet unprepares, the agent removes the claims' specs and checkpoint
-    for name in ("share", "two", "forged"):
-        await api.delete(f"/api/v1/namespaces/{namespace}/pods/pod-{name}")
+    # deletion: the kubelet unprepares, the agent removes the specs, gpupool frees the devices
+    for name in requests:
+        await api.delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+    async def four_running() -> bool:
+        return await _running(api, namespace, {"four"})
+
+    await wait_for(four_running, 180, "the claim for four GPUs placed once the others went")
+    four_claim = (await claims_by_name(api, namespace))["four"]
+    results = four_claim["status"]["allocation"]["devices"]["results"]
+    assert sorted(r["device"] for r in results) == [f"gpu-{i}" for i in range(4, 8)]
+    assert node.specs("claim") == {f"gpupool.io-claim-{four_claim['metadata']['uid']}.json"}
+    await api.delete(f"/api/v1/namespaces/{namespace}/pods/four")
 
     async def unprepared() -> bool:
         return not await list_pods(api, namespace) and not node.specs("claim")

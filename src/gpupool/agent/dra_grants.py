@@ -9,6 +9,10 @@ The DRA path's counterpart of :mod:`gpupool.agent.grants`. The kubelet names the
   allocation record (:mod:`gpupool.kube.objects.claim_record`) that names this node and lists
   exactly those results: an allocation written by anyone but gpupool's scheduler (kube-scheduler
   included) is refused, as a pod bound without a record is on the device-plugin path;
+* the record is signed with the scheduler's key for this claim's uid
+  (:func:`claim_signature_problem`): the admission policy that keeps others from writing it is
+  not the only wall, since an administrator, or a cluster installed without the policy, passes
+  it; and a record copied from another claim, or a pod's record, does not verify;
 * each result is in this node's pool and names a device this node has, healthy: ``gpu-<index>``
   a GPU not in MIG mode, ``mig-<index>-<n>`` an instance of a GPU in MIG mode;
 * the consumed capacity is a share (memory, compute) within the GPU, or the whole GPU.
@@ -38,6 +42,9 @@ from gpupool.kube.objects.dra import (
     mig_device_name,
 )
 from gpupool.kube.objects.quantity import MIB, QuantityError, parse_quantity
+from gpupool.kube.objects.signing import CLAIM_DOMAIN, RecordVerifier
+
+NOT_SIGNED = "sig: not signed by this cluster's gpupool scheduler for this claim"
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,3 +213,22 @@ def claim_grant(
     return ClaimGrant(
         uid, claim.metadata.namespace, claim.metadata.name, tuple(gpus), tuple(prepared)
     )
+
+
+def claim_signature_problem(claim: ResourceClaim, verifier: RecordVerifier) -> str | None:
+    """Why the claim's record is not the scheduler's, or None when its signature checks.
+
+    ``verifier`` is the scheduler's public key (for any domain: the claim domain is used, so a
+    pod's signature never passes). A claim without a readable record is left to
+    :func:`claim_grant`, which names that fault.
+    """
+    text = claim.metadata.annotations.get(ANNOTATION_CLAIM_ALLOCATION)
+    if text is None:
+        return None
+    try:
+        record = decode(text)
+    except ClaimRecordError:
+        return None
+    if verifier.for_domain(CLAIM_DOMAIN).verify(record, claim.metadata.uid):
+        return None
+    return f"{ANNOTATION_CLAIM_ALLOCATION}.{NOT_SIGNED}"

@@ -7,7 +7,9 @@ the same claim on every retry and after its own restart, and for each pod sharin
 * a claim already prepared is answered from the checkpoint (its spec rewritten if it went
   missing) without reading the claim again: the answer never changes under a running pod;
 * a new claim is read from the API server, checked (:func:`gpupool.agent.dra_grants.claim_grant`),
-  checked for capacity against every live grant of both paths, and only then gets its CDI spec
+  its record's signature verified with the scheduler's public key (read again once before a
+  refusal, as the device-plugin path does: the key may have been rotated), checked for capacity
+  against every live grant of both paths, and only then gets its CDI spec
   ``gpupool.io/claim=<uid>``, with the same edits and caps the device-plugin path gives a pod;
 * unpreparing a claim that is not prepared succeeds (the kubelet may retry after a crash);
 * the prepared claims are checkpointed (atomic rename) in the agent's state folder, so a
@@ -24,9 +26,9 @@ from typing import Protocol
 
 from gpupool.agent import checkpoint, mps
 from gpupool.agent.cdi import CLAIM, device_name, remove_spec, spec_path, spec_tokens, write_spec
-from gpupool.agent.dra_grants import ClaimGrant, claim_grant
+from gpupool.agent.dra_grants import ClaimGrant, claim_grant, claim_signature_problem
 from gpupool.agent.grants import Grant, HandoffRefusedError, check_capacity
-from gpupool.agent.handoff import HandoffConfig
+from gpupool.agent.handoff import HandoffConfig, KeySource
 from gpupool.agent.isolation import host_checked_edits
 from gpupool.agent.nvml import GpuDevice
 from gpupool.kube.objects.dra import ResourceClaim
@@ -49,6 +51,7 @@ class ClaimPreparer:
     Args:
         config: Node name, CDI and state folders, isolation (shared with the hand-off).
         claims: Where claims are read.
+        keys: The scheduler's public key, to verify claim records with.
         inventory: The node's current GPUs.
         other_grants: The device-plugin path's live grants (counted in the capacity check).
     """
@@ -57,11 +60,13 @@ class ClaimPreparer:
         self,
         config: HandoffConfig,
         claims: ClaimSource,
+        keys: KeySource,
         inventory: Callable[[], tuple[GpuDevice, ...]],
         other_grants: Callable[[], Iterable[Grant]] = tuple,
     ) -> None:
         self.config = config
         self._claims = claims
+        self._keys = keys
         self._inventory = inventory
         self._other_grants = other_grants
         self._lock = asyncio.Lock()
@@ -103,6 +108,11 @@ class ClaimPreparer:
             raise HandoffRefusedError(f"claim {namespace}/{name} not found in the API server")
         inventory = self._inventory()
         grant = claim_grant(claim, uid, self.config.node, inventory)
+        problem = claim_signature_problem(claim, await self._keys.verifier())
+        if problem is not None:
+            problem = claim_signature_problem(claim, await self._keys.verifier(fresh=True))
+        if problem is not None:
+            raise HandoffRefusedError(f"claim {claim.key}: {problem}; refusing it")
         memory = {gpu.uuid: gpu.memory_mib for gpu in inventory}
         others = [*self.prepared.values(), *self._other_grants()]
         check_capacity(grant, others, memory)

@@ -152,17 +152,18 @@ class Agent:
         self.nvml = nvml
         self.api = api
         self.board = DeviceBoard()
+        keys = PublishedKey(api, config.key_namespace, config.key_period)
         self.handoff = Handoff(
             config.handoff,
             ApiPods(api),
             kubelet,
             nvml.devices,
-            PublishedKey(api, config.key_namespace, config.key_period),
+            keys,
             EventReporter(api, config.handoff.node).untrusted,
             other_grants=lambda: self.preparer.grants(),
         )
         self.preparer = ClaimPreparer(
-            config.handoff, ApiClaims(api), nvml.devices, other_grants=self.handoff.grants
+            config.handoff, ApiClaims(api), keys, nvml.devices, other_grants=self.handoff.grants
         )
         self.host = PluginHost(config.plugin_dir, self.board, self.handoff)
         self.slices = ResourceSlicePublisher(api, config.handoff.node)

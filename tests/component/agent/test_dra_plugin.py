@@ -33,10 +33,13 @@ from gpupool.agent.protos.pluginregistration.v1 import api_pb2 as reg_pb2
 from gpupool.agent.protos.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from gpupool.kube.objects.claim_record import ClaimAllocationRecord, encode
 from gpupool.kube.objects.dra import ResourceClaim
+from gpupool.kube.objects.signing import CLAIM_DOMAIN, RecordSigner
 
-from .node import installed_isolation
+from .node import SCHEDULER, PublishedKey, installed_isolation
 
 NODE = "node-a"
+CLAIMS_SIGNER = SCHEDULER.for_domain(CLAIM_DOMAIN)
+"""The scheduler of these tests, signing claim records."""
 
 
 class DictClaims:
@@ -62,8 +65,12 @@ def allocated_claim(
     node: str = NODE,
     record: bool = True,
     record_results: list[dict[str, Any]] | None = None,
+    signer: RecordSigner | None = CLAIMS_SIGNER,
 ) -> dict[str, Any]:
-    """A claim allocated as gpupool's scheduler allocates it (status + signed-record annotation)."""
+    """A claim allocated as gpupool's scheduler allocates it (status + signed-record annotation).
+
+    ``signer``: who signs the record (None: nobody, its ``sig`` is left empty).
+    """
     results = [{"request": "gpu", "driver": "gpu.gpupool.io", "pool": node, **r} for r in results]
     annotations = {}
     if record:
@@ -72,9 +79,10 @@ def allocated_claim(
             for r in (record_results if record_results is not None else results)
         ]
         value = msgspec.convert(
-            {"node": node, "results": recorded, "scheduler": "s1", "sig": "x"},
-            ClaimAllocationRecord,
+            {"node": node, "results": recorded, "scheduler": "s1"}, ClaimAllocationRecord
         )
+        if signer is not None:
+            value = signer.sign(value, f"uid-{name}")
         annotations["gpupool.io/claim-allocation"] = encode(value)
     return {
         "metadata": {
@@ -134,7 +142,9 @@ class Plugin:
         return spec
 
     def restart(self) -> None:
-        self.preparer = ClaimPreparer(self.preparer.config, self.claims, self.nvml.devices)
+        self.preparer = ClaimPreparer(
+            self.preparer.config, self.claims, PublishedKey(), self.nvml.devices
+        )
 
 
 @pytest.fixture
@@ -143,7 +153,7 @@ async def plugin() -> AsyncIterator[Plugin]:
     nvml = FakeNvml.preset("a100-mig", NODE)  # GPUs 0-3 in MIG mode, 4-7 whole
     config = HandoffConfig(NODE, root / "cdi", root / "state", installed_isolation(root, "mps"))
     claims = DictClaims()
-    preparer = ClaimPreparer(config, claims, nvml.devices)
+    preparer = ClaimPreparer(config, claims, PublishedKey(), nvml.devices)
     republished: list[int] = []
 
     async def republish() -> None:
@@ -260,6 +270,18 @@ async def test_prepare_is_idempotent_and_survives_a_restart(plugin: Plugin) -> N
             "'gpu-1' is not a device of this node",
         ),
         (allocated_claim("c", [share("gpu-5", "100Gi", "250m")]), "is not a share of GPU"),
+        (  # written by someone the admission policy let through (an administrator)
+            allocated_claim("c", [share("gpu-5", "8Gi", "250m")], signer=None),
+            "claim-allocation.sig: not signed by this cluster's gpupool scheduler for this claim",
+        ),
+        (  # a key that is not the scheduler's
+            allocated_claim("c", [share("gpu-5", "8Gi", "250m")], signer=RecordSigner.generate()),
+            "not signed by this cluster's gpupool scheduler",
+        ),
+        (  # the scheduler's key, but a pod record's domain: a pod's signature never passes
+            allocated_claim("c", [share("gpu-5", "8Gi", "250m")], signer=SCHEDULER),
+            "not signed by this cluster's gpupool scheduler",
+        ),
         ({**allocated_claim("c", []), "status": {}}, "no result of gpupool's driver"),
     ],
 )

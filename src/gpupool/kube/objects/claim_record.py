@@ -9,8 +9,9 @@ with the scheduler's key and the claim domain (:data:`gpupool.kube.objects.signi
 so it can tell its own records from copies when it rebuilds after a restart. A
 ValidatingAdmissionPolicy (``kube/install/manifests/claim-allocation-writers.yaml``) lets only the
 scheduler's identities set or change the annotation and gpupool's results in the status, as the
-pod policy does for ``gpupool.io/allocation``; the agent, which has no key, prepares a claim only
-when the record exists, names its node and equals the status.
+pod policy does for ``gpupool.io/allocation``; the agent prepares a claim only when the record
+exists, names its node, equals the status and verifies with the scheduler's public key
+(:func:`gpupool.agent.dra_grants.claim_signature_problem`).
 """
 
 from __future__ import annotations

@@ -106,6 +106,10 @@ class RecordVerifier:
             raise KeyFormatError(f"{where}: not an Ed25519 key")
         return cls(key)
 
+    def for_domain(self, domain: bytes) -> RecordVerifier:
+        """The same key for another kind of record (claims: :data:`CLAIM_DOMAIN`)."""
+        return RecordVerifier(self._public, domain)
+
     def public_pem(self) -> bytes:
         """The public key as SubjectPublicKeyInfo PEM (what the ConfigMap holds)."""
         return self._public.public_bytes(
