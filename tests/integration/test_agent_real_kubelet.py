@@ -469,16 +469,9 @@ async def test_claims_placed_by_gpupool_are_prepared_under_a_real_kubelet(
     forged = await create_claim_pod(
         api, namespace, "forged", SHARE, node_label=node.name, image=IMAGE, scheduler="none"
     )
-    await api.patch(
-        f"{claims_path}/forged",
-        {"metadata": {"annotations": claims["share"]["metadata"]["annotations"]}},
-    )
-    allocation = claims["share"]["status"]["allocation"]
+    copied = {k: claims["share"]["status"][k] for k in ("allocation", "devices")}
     reserved = [{"resource": "pods", "name": "forged", "uid": forged["metadata"]["uid"]}]
-    await api.patch(
-        f"{claims_path}/forged/status",
-        {"status": {"allocation": allocation, "reservedFor": reserved}},
-    )
+    await api.patch(f"{claims_path}/forged/status", {"status": {**copied, "reservedFor": reserved}})
     binding = {
         "apiVersion": "v1",
         "kind": "Binding",

@@ -279,7 +279,13 @@ async def test_only_the_scheduler_allocates_gpupools_devices_to_claims(
                 # resourceclaims/binding with the same verb, cluster-wide (kube-scheduler has it)
                 "resources": ["resourceclaims", "resourceclaims/status", "resourceclaims/binding"],
                 "verbs": ["get", "create", "update", "patch"],
-            }
+            },
+            {  # and since 1.37, for status.devices, this per driver
+                "apiGroups": ["resource.k8s.io"],
+                "resources": ["resourceclaims/driver"],
+                "resourceNames": ["gpu.gpupool.io"],
+                "verbs": ["arbitrary-node:patch"],
+            },
         ],
     }
     tenant, scheduler = f"tenant-{namespace}", scheduler_user
@@ -298,17 +304,19 @@ async def test_only_the_scheduler_allocates_gpupools_devices_to_claims(
             await clients[tenant].patch(f"{claims}/mine/status", status)
         assert refused.value.status == 403  # Forbidden, by the policy
         assert "allocated only by the gpupool scheduler" in str(refused.value)
-        with pytest.raises(ApiError) as forged:
-            await clients[tenant].patch(
-                f"{claims}/mine",
-                {"metadata": {"annotations": {"gpupool.io/claim-allocation": "{}"}}},
-            )
-        assert "gpupool.io/claim-allocation is written only by" in str(forged.value)
         await clients[scheduler].patch(f"{claims}/mine/status", status)
-        await clients[scheduler].patch(
-            f"{claims}/mine",
-            {"metadata": {"annotations": {"gpupool.io/claim-allocation": '{"node":"n1"}'}}},
-        )
+        entry = {k: ALLOCATION["devices"]["results"][0][k] for k in ("driver", "pool", "device")}
+        entry["shareID"] = ALLOCATION["devices"]["results"][0]["shareID"]
+        record = {**entry, "data": {"gpupool.io/claim-allocation": '{"node":"n1"}'}}
+        with pytest.raises(ApiError) as forged:  # a record beside gpupool's allocation
+            await clients[tenant].patch(f"{claims}/mine/status", {"status": {"devices": [record]}})
+        assert forged.value.status == 403
+        assert "status.devices of gpu.gpupool.io" in str(forged.value)
+        await clients[scheduler].patch(f"{claims}/mine/status", {"status": {"devices": [record]}})
+        spoiled = {**record, "data": {"gpupool.io/claim-allocation": '{"node":"n2"}'}}
+        with pytest.raises(ApiError) as forged:  # changing the scheduler's record
+            await clients[tenant].patch(f"{claims}/mine/status", {"status": {"devices": [spoiled]}})
+        assert "may not set or change them" in str(forged.value)
         changed = json.loads(json.dumps(ALLOCATION))
         changed["devices"]["results"][0]["device"] = "gpu-6"
         with pytest.raises(ApiError):  # moving the claim to another device: the scheduler's
@@ -317,9 +325,11 @@ async def test_only_the_scheduler_allocates_gpupools_devices_to_claims(
             )
         stored = await api.get(f"{claims}/mine")
         assert stored["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-5"
-        # nobody reserved: the allocation may be cleared (the claim controller deallocates)
-        await clients[tenant].patch(f"{claims}/mine/status", {"status": {"allocation": None}})
-        assert "allocation" not in (await api.get(f"{claims}/mine")).get("status", {})
+        # nobody reserved: the allocation and its record may be cleared (the claim controller
+        # deallocates)
+        cleared = {"status": {"allocation": None, "devices": None}}
+        await clients[tenant].patch(f"{claims}/mine/status", cleared)
+        assert (await api.get(f"{claims}/mine")).get("status", {}) == {}
     finally:
         for client in clients.values():
             await client.close()

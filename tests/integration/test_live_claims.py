@@ -88,7 +88,8 @@ async def test_claims_for_a_share_a_mig_slice_and_two_gpus_are_allocated_and_rel
         assert pods[name]["spec"]["nodeName"] == f"{namespace}-n0", name
         reserved = claims[name]["status"]["reservedFor"]
         assert [r["uid"] for r in reserved] == [pods[name]["metadata"]["uid"]]
-        assert "gpupool.io/claim-allocation" in claims[name]["metadata"]["annotations"]
+        (entry,) = claims[name]["status"]["devices"]  # the signed record, in the same write
+        assert "gpupool.io/claim-allocation" in entry["data"]
     (share,) = claim_results(claims["share"])
     assert share["consumedCapacity"] == {"memory": "20Gi", "compute": "300m"}
     (mig,) = claim_results(claims["mig"])

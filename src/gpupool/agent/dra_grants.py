@@ -31,9 +31,14 @@ from fractions import Fraction
 from gpupool.agent.grants import GpuGrant, HandoffRefusedError
 from gpupool.agent.nvml import GpuDevice
 from gpupool.core.model import MILLI_PER_GPU
-from gpupool.kube.objects.claim_record import ClaimRecordError, decode, gpupool_results
+from gpupool.kube.objects.claim_record import (
+    RECORD_FIELD,
+    ClaimRecordError,
+    decode,
+    gpupool_results,
+    record_text,
+)
 from gpupool.kube.objects.dra import (
-    ANNOTATION_CLAIM_ALLOCATION,
     CAPACITY_COMPUTE,
     CAPACITY_MEMORY,
     DeviceRequestAllocationResult,
@@ -170,10 +175,10 @@ def claim_grant(
     results = gpupool_results(claim.status.allocation)
     if not results:
         raise HandoffRefusedError(f"{owner}: status.allocation has no result of gpupool's driver")
-    text = claim.metadata.annotations.get(ANNOTATION_CLAIM_ALLOCATION)
+    text = record_text(claim)
     if text is None:
         raise HandoffRefusedError(
-            f"{owner}: no {ANNOTATION_CLAIM_ALLOCATION} record; gpupool's scheduler writes it with "
+            f"{owner}: no allocation record {RECORD_FIELD}; gpupool's scheduler writes it with "
             "the allocation, so this claim was not allocated by gpupool: refusing it"
         )
     try:
@@ -182,11 +187,11 @@ def claim_grant(
         raise HandoffRefusedError(f"{owner}: {error}") from None
     if record.node != node:
         raise HandoffRefusedError(
-            f"{owner}: {ANNOTATION_CLAIM_ALLOCATION}.node is {record.node!r}, this is {node!r}"
+            f"{owner}: {RECORD_FIELD}.node is {record.node!r}, this is {node!r}"
         )
     if _meaning(record.results) != _meaning(results):
         raise HandoffRefusedError(
-            f"{owner}: status.allocation.devices.results differ from {ANNOTATION_CLAIM_ALLOCATION}"
+            f"{owner}: status.allocation.devices.results differ from {RECORD_FIELD}"
         )
     devices = _devices(inventory)
     gpus, prepared, seen = [], [], set()
@@ -222,7 +227,7 @@ def claim_signature_problem(claim: ResourceClaim, verifier: RecordVerifier) -> s
     pod's signature never passes). A claim without a readable record is left to
     :func:`claim_grant`, which names that fault.
     """
-    text = claim.metadata.annotations.get(ANNOTATION_CLAIM_ALLOCATION)
+    text = record_text(claim)
     if text is None:
         return None
     try:
@@ -231,4 +236,4 @@ def claim_signature_problem(claim: ResourceClaim, verifier: RecordVerifier) -> s
         return None
     if verifier.for_domain(CLAIM_DOMAIN).verify(record, claim.metadata.uid):
         return None
-    return f"{ANNOTATION_CLAIM_ALLOCATION}.{NOT_SIGNED}"
+    return f"{RECORD_FIELD}.{NOT_SIGNED}"

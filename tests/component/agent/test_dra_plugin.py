@@ -31,8 +31,8 @@ from gpupool.agent.protos.dra.v1 import api_pb2 as dra_pb2
 from gpupool.agent.protos.dra.v1 import api_pb2_grpc as dra_grpc
 from gpupool.agent.protos.pluginregistration.v1 import api_pb2 as reg_pb2
 from gpupool.agent.protos.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from gpupool.kube.objects.claim_record import ClaimAllocationRecord, encode
-from gpupool.kube.objects.dra import ResourceClaim
+from gpupool.kube.objects.claim_record import ClaimAllocationRecord, device_status, encode
+from gpupool.kube.objects.dra import AllocationResult, ResourceClaim
 from gpupool.kube.objects.signing import CLAIM_DOMAIN, RecordSigner
 
 from .node import SCHEDULER, PublishedKey, installed_isolation
@@ -72,8 +72,8 @@ def allocated_claim(
     ``signer``: who signs the record (None: nobody, its ``sig`` is left empty).
     """
     results = [{"request": "gpu", "driver": "gpu.gpupool.io", "pool": node, **r} for r in results]
-    annotations = {}
-    if record:
+    status: dict[str, Any] = {"allocation": {"devices": {"results": results}}}
+    if record and results:  # the record's entry must name an allocated device
         recorded = [
             {"request": "gpu", "driver": "gpu.gpupool.io", "pool": node, **r}
             for r in (record_results if record_results is not None else results)
@@ -83,16 +83,12 @@ def allocated_claim(
         )
         if signer is not None:
             value = signer.sign(value, f"uid-{name}")
-        annotations["gpupool.io/claim-allocation"] = encode(value)
+        allocation = msgspec.convert(status["allocation"], AllocationResult)
+        status["devices"] = device_status(allocation, encode(value))
     return {
-        "metadata": {
-            "name": name,
-            "namespace": "team",
-            "uid": f"uid-{name}",
-            "annotations": annotations,
-        },
+        "metadata": {"name": name, "namespace": "team", "uid": f"uid-{name}"},
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "x"}}]}},
-        "status": {"allocation": {"devices": {"results": results}}},
+        "status": status,
     }
 
 
@@ -249,11 +245,11 @@ async def test_prepare_is_idempotent_and_survives_a_restart(plugin: Plugin) -> N
     [
         (
             allocated_claim("c", [share("gpu-5", "8Gi", "250m")], record=False),
-            "no gpupool.io/claim-allocation record",
+            "no allocation record status.devices[gpu.gpupool.io].data[gpupool.io/claim-allocation]",
         ),
         (
             allocated_claim("c", [share("gpu-5", "8Gi", "250m")], node="node-b"),
-            "claim-allocation.node is 'node-b', this is 'node-a'",
+            "claim-allocation].node is 'node-b', this is 'node-a'",
         ),
         (
             allocated_claim("c", [{**share("gpu-5", "8Gi", "250m"), "pool": "node-b"}]),
@@ -263,7 +259,7 @@ async def test_prepare_is_idempotent_and_survives_a_restart(plugin: Plugin) -> N
             allocated_claim(
                 "c", [share("gpu-5", "8Gi", "250m")], record_results=[share("gpu-5", "8Gi", "100m")]
             ),
-            "differ from gpupool.io/claim-allocation",
+            "differ from status.devices[gpu.gpupool.io].data[gpupool.io/claim-allocation]",
         ),
         (
             allocated_claim("c", [share("gpu-1", "8Gi", "250m")]),
@@ -272,7 +268,7 @@ async def test_prepare_is_idempotent_and_survives_a_restart(plugin: Plugin) -> N
         (allocated_claim("c", [share("gpu-5", "100Gi", "250m")]), "is not a share of GPU"),
         (  # written by someone the admission policy let through (an administrator)
             allocated_claim("c", [share("gpu-5", "8Gi", "250m")], signer=None),
-            "claim-allocation.sig: not signed by this cluster's gpupool scheduler for this claim",
+            "claim-allocation].sig: not signed by this cluster's gpupool scheduler for this claim",
         ),
         (  # a key that is not the scheduler's
             allocated_claim("c", [share("gpu-5", "8Gi", "250m")], signer=RecordSigner.generate()),

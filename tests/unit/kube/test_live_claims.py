@@ -18,7 +18,7 @@ from benchlib.claim_check import claim_problems
 
 from gpupool.kube.client.informer import ADDED
 from gpupool.kube.objects import allocation, claim_record
-from gpupool.kube.objects.dra import ANNOTATION_CLAIM_ALLOCATION, DRIVER, DeviceClass
+from gpupool.kube.objects.dra import DRIVER, DeviceClass
 from gpupool.kube.objects.records import PolicyObjectRecord
 from gpupool.kube.objects.signing import CLAIM_DOMAIN
 from gpupool.kube.objects.vocabulary import ANNOTATION_ALLOCATION
@@ -82,7 +82,11 @@ async def test_a_share_a_mig_slice_and_two_whole_gpus_are_allocated_and_bound() 
         assert claim["status"]["reservedFor"] == [
             {"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]}
         ]
-        record = claim_record.decode(claim["metadata"]["annotations"][ANNOTATION_CLAIM_ALLOCATION])
+        text = claim_record.record_text(server.record(name))
+        assert text is not None
+        record = claim_record.decode(text)
+        (entry,) = claim["status"]["devices"]  # one status write: allocation, reservedFor, record
+        assert (entry["driver"], entry["device"]) == (DRIVER, _results(server, name)[0]["device"])
         assert SIGNER.for_domain(CLAIM_DOMAIN).verify(record, claim["metadata"]["uid"])
         assert [msgspec.to_builtins(r) for r in record.results] == _results(server, name)
         pod_record = allocation.decode(
@@ -199,7 +203,7 @@ async def test_a_claim_shared_by_two_pods_is_counted_once_and_released_after_bot
     await run_cycles(scheduler, server, pods)
     assert not _results(server, "shared")
     assert "reservedFor" not in server.claims["shared"]["status"]
-    assert ANNOTATION_CLAIM_ALLOCATION not in server.claims["shared"]["metadata"]["annotations"]
+    assert "devices" not in server.claims["shared"]["status"]  # the record went with it
     assert key not in snapshot.allocations
     assert int((snapshot.gpu_free[0] == 1000).sum()) == NODE_GPUS
 

@@ -49,10 +49,10 @@ LABEL_REQUEST_KIND = "gpupool.io/request-kind"
 LABEL_MIG_PROFILE = "gpupool.io/mig-profile"
 """DeviceClass label of a MIG class: the profile (``1g.10gb``)."""
 
-ANNOTATION_CLAIM_ALLOCATION = "gpupool.io/claim-allocation"
-"""ResourceClaim annotation written by gpupool's scheduler only, with ``status.allocation``:
-the allocation it made (node, devices, consumed capacity), signed for the claim's uid like the
-pod record. The node agent prepares a claim only if it has one that agrees with the status."""
+CLAIM_RECORD_KEY = "gpupool.io/claim-allocation"
+"""Key, in the ``data`` of gpupool's entry in a claim's ``status.devices``, of the record gpupool's
+scheduler writes with ``status.allocation`` (:mod:`gpupool.kube.objects.claim_record`): the
+allocation it made, signed for the claim's uid like the pod record."""
 
 
 def gpu_device_name(index: int) -> str:
@@ -272,11 +272,25 @@ class ConsumerReference(msgspec.Struct, frozen=True, rename="camel"):
     api_group: str = ""
 
 
+class AllocatedDeviceStatus(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """One entry of ``status.devices``: what a driver says about a device allocated to the claim.
+
+    The API server requires driver, pool, device and share to name an allocated one.
+    """
+
+    driver: str
+    pool: str
+    device: str
+    share_id: str | None = msgspec.field(default=None, name="shareID")
+    data: dict[str, object] | None = None
+
+
 class ResourceClaimStatus(msgspec.Struct, frozen=True, rename="camel"):
     """The claim status fields gpupool reads."""
 
     allocation: AllocationResult | None = None
     reserved_for: tuple[ConsumerReference, ...] = ()
+    devices: tuple[AllocatedDeviceStatus, ...] = ()
 
 
 class ResourceClaim(KubeObject, frozen=True):

@@ -1,22 +1,21 @@
 """What the scheduler writes into ResourceClaims: the allocation, the pods reserving it, release.
 
 A claim pod is bound only after its claim says it may be used there (the kubelet refuses a pod
-whose claims are not allocated and reserved for it), in two writes, each with the claim's
-``resourceVersion`` as a precondition so a claim changed meanwhile (by another scheduler, the
-claim controller, a deletion) fails the write instead of being overwritten:
+whose claims are not allocated and reserved for it), in one status write with the claim's
+``resourceVersion`` as a precondition, so a claim changed meanwhile (by another scheduler, the
+claim controller, a deletion) fails the write instead of being overwritten: ``allocation``
+(gpupool's device results, the node selector), ``reservedFor`` the pod and, in ``devices``, the
+signed record (:mod:`gpupool.kube.objects.claim_record`). One write, so the agent, which prepares
+a claim only when record and results agree, never sees one without the other, and a claim pod
+costs two writes (this and its Binding) where it cost three while the record was an annotation.
+A pod joining an allocated claim writes only ``reservedFor`` with itself appended.
 
-1. metadata: the signed record ``gpupool.io/claim-allocation``;
-2. status: ``allocation`` (gpupool's device results, the node selector) and ``reservedFor`` the
-   pod; a pod joining an allocated claim writes only ``reservedFor`` with itself appended.
-
-The record is written first so that the agent, which prepares a claim only when record and
-results agree, never sees results without it. A claim reserved by no live pod is released by
-the scheduler (:func:`release`): ``reservedFor`` and ``allocation`` cleared and the record
-removed. kube-controller-manager's resourceclaim controller does the same only for claims that
-carry its ``resource.kubernetes.io/delete-protection`` finalizer (which gpupool does not set: a
-cluster without that controller could then never delete the claim), so the scheduler does it
-itself; for claims made from templates the controller also deletes the claim when its pod is
-done, which releases it here as a deletion.
+A claim reserved by no live pod is released by the scheduler (:func:`release`): ``reservedFor``,
+``allocation`` and the record cleared in one write. kube-controller-manager's resourceclaim
+controller does the same only for claims that carry its ``resource.kubernetes.io/delete-protection``
+finalizer (which gpupool does not set: a cluster without that controller could then never delete
+the claim), so the scheduler does it itself; for claims made from templates the controller also
+deletes the claim when its pod is done, which releases it here as a deletion.
 """
 
 from __future__ import annotations
@@ -26,9 +25,8 @@ import logging
 import msgspec
 
 from gpupool.kube.client.api import MERGE_PATCH, ApiError, JsonObject, KubeAPI
-from gpupool.kube.objects.claim_record import gpupool_results
+from gpupool.kube.objects.claim_record import device_status, gpupool_results
 from gpupool.kube.objects.dra import (
-    ANNOTATION_CLAIM_ALLOCATION,
     API_PREFIX,
     AllocationResult,
     ConsumerReference,
@@ -76,38 +74,26 @@ async def allocate(
     allocation: AllocationResult,
     record: str,
 ) -> ResourceClaim | BindResult:
-    """Write ``allocation`` and its record into ``claim``, reserved for ``pod``.
+    """Write ``allocation`` and its record (JSON text) into ``claim``, reserved for ``pod``.
 
     Returns:
         The claim as stored (for the cache at once: see :meth:`Binder._write_claim`), or why
         not.
     """
-    path = claim_path(claim)
-    meta = claim.metadata
+    node = allocation.devices.results[0].pool
+    status = msgspec.to_builtins(allocation)
+    status["nodeSelector"] = _node_selector(node)
+    body = {
+        "metadata": {"resourceVersion": claim.metadata.resource_version},
+        "status": {
+            "allocation": status,
+            "reservedFor": [_consumer(pod)],
+            "devices": device_status(allocation, record),
+        },
+    }
     try:
         stored = await api.request(
-            "PATCH",
-            path,
-            body={
-                "metadata": {
-                    "resourceVersion": meta.resource_version,
-                    "annotations": {ANNOTATION_CLAIM_ALLOCATION: record},
-                }
-            },
-            content_type=MERGE_PATCH,
-        )
-        version = msgspec.json.decode(stored, type=ResourceClaim).metadata.resource_version
-        node = allocation.devices.results[0].pool
-        status = msgspec.to_builtins(allocation)
-        status["nodeSelector"] = _node_selector(node)
-        stored = await api.request(
-            "PATCH",
-            f"{path}/status",
-            body={
-                "metadata": {"resourceVersion": version},
-                "status": {"allocation": status, "reservedFor": [_consumer(pod)]},
-            },
-            content_type=MERGE_PATCH,
+            "PATCH", f"{claim_path(claim)}/status", body=body, content_type=MERGE_PATCH
         )
     except ApiError as error:
         log.warning("allocating claim %s for %s: %s", claim.key, pod.key, error)
@@ -149,19 +135,17 @@ def _reference(consumer: ConsumerReference) -> JsonObject:
 
 
 async def release(api: KubeAPI, claim: ResourceClaim) -> bool:
-    """Clear a claim nobody uses: reservedFor, allocation, then the record (True: done)."""
-    path = claim_path(claim)
+    """Clear a claim nobody uses: reservedFor, allocation and the record (True: done)."""
     try:
         await api.request(
             "PATCH",
-            f"{path}/status",
+            f"{claim_path(claim)}/status",
             body={
                 "metadata": {"resourceVersion": claim.metadata.resource_version},
-                "status": {"allocation": None, "reservedFor": None},
+                "status": {"allocation": None, "reservedFor": None, "devices": None},
             },
             content_type=MERGE_PATCH,
         )
-        await api.patch(path, {"metadata": {"annotations": {ANNOTATION_CLAIM_ALLOCATION: None}}})
     except ApiError as error:
         if error.status != 404:
             log.warning("releasing claim %s: %s", claim.key, error)

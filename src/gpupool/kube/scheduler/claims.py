@@ -39,7 +39,6 @@ from gpupool.kube.objects.claim_devices import (
 from gpupool.kube.objects.claims import GpupoolRequest, claim_lookups, claim_pod_spec
 from gpupool.kube.objects.device_cache import DeviceCache, EligibleDevices
 from gpupool.kube.objects.dra import (
-    ANNOTATION_CLAIM_ALLOCATION,
     CAPACITY_COMPUTE,
     CAPACITY_MEMORY,
     AllocationResult,
@@ -313,7 +312,7 @@ class ClaimBook:
 
     def trusted(self, claim: ResourceClaim, signer: RecordSigner | None) -> bool:
         """Whether the claim's allocation carries the scheduler's signed record, equal to it."""
-        text = claim.metadata.annotations.get(ANNOTATION_CLAIM_ALLOCATION)
+        text = claim_record.record_text(claim)
         if text is None or signer is None:
             return False
         try:
