@@ -26,6 +26,12 @@ from gpupool.store.engine import create_engine, open_store
 from gpupool.store.records import Allocation
 from gpupool.store.writer import StoreWriter
 
+from .page_reading import read, text_of, texts, visible
+
+HALF_OF_BOX = "e.getBoundingClientRect().width / e.parentElement.getBoundingClientRect().width"
+PENDING_ROW = f"(r => [e.dataset.pod, {text_of('r')}, {visible('r')}])(e.querySelector('.reason'))"
+"""A pending row: its pod, its reason's text and whether the reason is shown."""
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artifacts"
 
 
@@ -42,28 +48,26 @@ def test_gpu_map_pending_reasons_and_screenshot(browser: WebDriver, server: str)
     wait.until(lambda d: d.execute_script("return typeof htmx !== 'undefined'"))
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#gpu-hours canvas"))
 
-    gpus = browser.find_elements(By.CSS_SELECTOR, ".map .gpu")
+    gpus = read(browser, ".map .gpu", "1")
     assert len(gpus) == sum(node.gpu_count for node in NODES)
-    shares = browser.find_elements(By.CSS_SELECTOR, ".map .share")
+    shares = read(browser, ".map .share", "1")
     assert len(shares) == sum(len(gpus) for _, _, gpus in PLACED)
     # a half share is drawn half as wide as its GPU
-    half = browser.find_element(By.CSS_SELECTOR, '.share[data-pod="vision/infer-0"]')
-    box = half.find_element(By.XPATH, "..")
-    assert abs(half.size["width"] / box.size["width"] - 0.5) < 0.05
+    (ratio,) = read(browser, '.share[data-pod="vision/infer-0"]', HALF_OF_BOX)
+    assert abs(ratio - 0.5) < 0.05
     # every team has a legend entry, in the same colour as its shares
-    legend = [key.text for key in browser.find_elements(By.CSS_SELECTOR, ".legend .key")]
-    assert {"vision", "nlp", "research"} <= set(legend)
+    assert {"vision", "nlp", "research"} <= set(texts(browser, ".legend .key"))
 
-    rows = browser.find_elements(By.CSS_SELECTOR, "#pending tr[data-pod]")
-    assert [row.get_attribute("data-pod") for row in rows] == [spec.name for spec, _ in WAITING]
-    reason = rows[0].find_element(By.CSS_SELECTOR, ".reason")
-    assert reason.is_displayed()
-    assert "Insufficient gpupool.io/gpu" in reason.text
+    rows = read(browser, "#pending tr[data-pod]", PENDING_ROW)
+    assert [pod for pod, _, _ in rows] == [spec.name for spec, _ in WAITING]
+    _, reason, shown = rows[0]
+    assert shown
+    assert "Insufficient gpupool.io/gpu" in reason
 
     # the live fragment refreshes in place (htmx polls every 2 s) and keeps the map
     browser.execute_script("document.getElementById('nodes-count').textContent = 'stale'")
-    wait.until(lambda d: d.find_element(By.ID, "nodes-count").text == str(len(NODES)))
-    assert len(browser.find_elements(By.CSS_SELECTOR, ".map .gpu")) == len(gpus)
+    wait.until(lambda d: texts(d, "#nodes-count") == [str(len(NODES))])
+    assert len(read(browser, ".map .gpu", "1")) == len(gpus)
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "dashboard.png"
@@ -98,8 +102,8 @@ def test_with_a_store_the_chart_draws_the_stored_gpu_hours(
         browser.get(server + "/")
         wait = WebDriverWait(browser, 30)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#gpu-hours canvas"))
-        labels = browser.find_elements(By.CSS_SELECTOR, "#gpu-hours .u-legend .u-label")
+        labels = texts(browser, "#gpu-hours .u-legend .u-label")
         # the stored queue, which the live example cluster does not have: read from the store
-        assert "ml-store" in {label.text for label in labels}
-        headings = [h.text for h in browser.find_elements(By.TAG_NAME, "h2")]
+        assert "ml-store" in labels
+        headings = texts(browser, "h2")
         assert "GPU-hours per team over the last 30 days" in headings

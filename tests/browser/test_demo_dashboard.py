@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from .page_reading import read, text_of, texts, visible
 from .test_dashboard import ARTIFACTS
 
 SEED = 2
@@ -85,14 +85,13 @@ def test_the_running_demo_shows_its_gpus_shares_and_pending_reasons(
     browser.get(demo + "/")
     wait = WebDriverWait(browser, 30)
     wait.until(lambda d: d.execute_script("return typeof htmx !== 'undefined'"))
-    assert len(browser.find_elements(By.CSS_SELECTOR, ".map .gpu")) == gpus
-    assert len(browser.find_elements(By.CSS_SELECTOR, ".map .share")) == shares
-    legend = {key.text for key in browser.find_elements(By.CSS_SELECTOR, ".legend .key")}
-    assert legend >= {"vision", "nlp", "serving", "research"}
-    first = browser.find_element(By.CSS_SELECTOR, f'#pending tr[data-pod="{pending[0]["pod"]}"]')
-    reason = first.find_element(By.CSS_SELECTOR, ".reason")
-    assert reason.is_displayed()
-    assert reason.text.strip()[:40] == pending[0]["reason"][:40]
+    assert len(read(browser, ".map .gpu", "1")) == gpus
+    assert len(read(browser, ".map .share", "1")) == shares
+    assert set(texts(browser, ".legend .key")) >= {"vision", "nlp", "serving", "research"}
+    first = f'#pending tr[data-pod="{pending[0]["pod"]}"] .reason'
+    ((reason, shown),) = read(browser, first, f"[{text_of()}, {visible()}]")
+    assert shown
+    assert reason[:40] == pending[0]["reason"][:40]
 
     _pools_are_in_gpu_units(browser, _get(demo + "/api/v1/pools"))
     _mig_slices_show_their_holders(browser, nodes)
@@ -102,18 +101,6 @@ def test_the_running_demo_shows_its_gpus_shares_and_pending_reasons(
     shot = ARTIFACTS / "demo-dashboard.png"
     assert browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000
-
-
-def _read(page: WebDriver, selector: str, script: str) -> list[Any]:
-    """One value per element matching ``selector``, read in one go.
-
-    htmx swaps the live fragment every two seconds, so an element found in one call may be
-    gone at the next; a single script sees one version of the page.
-    """
-    found: list[Any] = page.execute_script(
-        f"return [...document.querySelectorAll(arguments[0])].map(e => {script});", selector
-    )
-    return found
 
 
 POOL_TEXT = "[e.dataset.pool, e.querySelector('span').textContent.replace(/\\s+/g, ' ').trim()]"
@@ -129,7 +116,7 @@ def _pools_are_in_gpu_units(page: WebDriver, pools: list[dict[str, Any]]) -> Non
     assert by_name["h100-exclusive"]["capacity_units"] == 32.0  # 4 nodes x 8 H100
     # 2 nodes x (14 x 1g.10gb at 1/7, rounded up to 0.143, + 2 x 3g.40gb at 0.429)
     assert by_name["a100-mig"]["capacity_units"] == pytest.approx(5.72)
-    shown = dict(_read(page, ".quota[data-pool]", POOL_TEXT))
+    shown = dict(read(page, ".quota[data-pool]", POOL_TEXT))
     assert shown == {
         name: f"{name} ({pool['mode']}): {pool['allocated_units']:g} of "
         f"{pool['capacity_units']:g} GPU units"
@@ -142,7 +129,7 @@ def _pools_are_in_gpu_units(page: WebDriver, pools: list[dict[str, Any]]) -> Non
 def _mig_slices_show_their_holders(page: WebDriver, nodes: list[dict[str, Any]]) -> None:
     mig_nodes = [node for node in nodes if node["mig"]]
     assert [node["name"] for node in mig_nodes] == ["a100-mig-0", "a100-mig-1"]
-    drawn = _read(page, ".node[data-node] .slice", SLICE)
+    drawn = read(page, ".node[data-node] .slice", SLICE)
     expected = [[node["name"], s["profile"], s["pod"]] for node in mig_nodes for s in node["mig"]]
     assert [row[:3] for row in drawn] == expected
     assert len(drawn) == 32  # per node: 14 x 1g.10gb and 2 x 3g.40gb
@@ -156,7 +143,7 @@ def _mig_slices_show_their_holders(page: WebDriver, nodes: list[dict[str, Any]])
 def _mig_requests_show_their_profile(page: WebDriver, pending: list[dict[str, Any]]) -> None:
     waiting = [pod for pod in pending if pod["kind"] == "mig"]
     assert waiting, f"seed {SEED} leaves MIG pods pending"
-    asks = dict(_read(page, "#pending tr[data-pod]", ASKS_TEXT))
+    asks = dict(read(page, "#pending tr[data-pod]", ASKS_TEXT))
     for pod in waiting:
         assert asks[pod["pod"]] == f"1 \u00d7 MIG {pod['mig_profile']}"
         assert pod["mig_profile"] in ("1g.10gb", "3g.40gb")
