@@ -24,6 +24,11 @@ class Share(BaseModel):
     memory_mib: int = Field(description="GPU memory held, MiB (0: no cap asked for)")
     kind: str = Field(description="whole, share or mig")
     since: str | None = Field(None, description="When the pod was created (RFC 3339), if known")
+    claim: str | None = Field(
+        None,
+        description="namespace/name of the DRA ResourceClaim whose GPUs these are (the pod is "
+        "the one charged for it); None: the pod's own extended-resource request",
+    )
 
 
 class Gpu(BaseModel):
@@ -45,6 +50,9 @@ class MigSlice(BaseModel):
     units: float = Field(description="GPU units the slice counts as")
     pod: str | None = Field(None, description="namespace/name of the pod holding it; None: free")
     team: str | None = Field(None, description="The holder's queue")
+    claim: str | None = Field(
+        None, description="namespace/name of the DRA ResourceClaim holding it, if a claim does"
+    )
 
 
 class Node(BaseModel):

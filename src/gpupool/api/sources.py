@@ -17,7 +17,7 @@ with :func:`~gpupool.kube.objects.translate.pod_spec` rather than through the st
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpupool.api.model import Pool, Queue
 from gpupool.api.view import PodInfo, Waiting, pools_of, queues_of, team_of
@@ -28,6 +28,8 @@ from gpupool.kube.objects.translate import InvalidObjectError, pod_spec
 from gpupool.kube.objects.vocabulary import LABEL_QUEUE
 from gpupool.kube.policy.book import workload_of
 from gpupool.kube.policy.status import pending_queue_indexes
+from gpupool.kube.scheduler.claim_ledger import claim_payers
+from gpupool.kube.scheduler.claims import claim_key
 from gpupool.kube.scheduler.intake import pod_order
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.policy.cluster import ClusterPolicy
@@ -215,12 +217,43 @@ def _waiting(
     return result
 
 
-def _who(pods: Mapping[str, PodRecord], team: Team) -> Callable[[str], PodInfo]:
+def _who(
+    pods: Mapping[str, PodRecord], team: Team, claims: Mapping[str, PodInfo]
+) -> Callable[[str], PodInfo]:
     def who(pod_id: str) -> PodInfo:
         pod = pods.get(pod_id)
-        return _info(pod, team) if pod is not None else PodInfo(key=pod_id, team="unknown")
+        if pod is not None:
+            return _info(pod, team)
+        return claims.get(pod_id) or PodInfo(key=pod_id, team="unknown")
 
     return who
+
+
+def _claim_holders(scheduler: LiveScheduler, team: Team) -> dict[str, PodInfo]:
+    """Who each held DRA claim's GPUs are shown as: the pod that pays for them, and the claim.
+
+    A claim holds its GPUs under ``claim:<uid>``, which names no pod: shown as it is, a claim
+    pod's GPUs were counted to a team "unknown" and its own team looked as if it held none. The
+    payer is the quota's (:func:`~gpupool.kube.scheduler.claim_ledger.claim_payers`), so the
+    face's per-team units agree with the ledger; a claim no live pod reserves (its release is
+    on its way) is shown under its own name and namespace.
+    """
+    state = scheduler.state
+    if state.snapshot is None:
+        return {}
+    payers = claim_payers(state.claims, state.snapshot, state.pods, state.claim_binds)
+    holders = {}
+    for claim in state.claims.by_uid.values():
+        key = claim_key(claim.metadata.uid)
+        if key not in state.snapshot.allocations:
+            continue
+        payer = state.pods.get(payers.get(key, ""))
+        if payer is not None:
+            holders[key] = replace(_info(payer, team), claim=claim.key)
+        else:
+            since = claim.metadata.creation_timestamp
+            holders[key] = PodInfo(claim.key, team_of(claim.key), since, claim=claim.key)
+    return holders
 
 
 @dataclass
@@ -243,7 +276,8 @@ class LiveView:
 
     def pod_info(self, pod_id: str) -> PodInfo:
         """From the pod's record (uid ``pod_id``)."""
-        return _who(self.scheduler.state.pods, self._team())(pod_id)
+        team = self._team()
+        return _who(self.scheduler.state.pods, team, _claim_holders(self.scheduler, team))(pod_id)
 
     def gpu_uuids(self, node: str) -> Sequence[str]:
         """From the node's ``gpupool.io/gpu-uuids`` annotation."""
@@ -294,7 +328,7 @@ class LiveView:
         return DetachedView(
             self.source,
             state.snapshot.copy() if state.snapshot is not None else None,
-            _who(pods, team),
+            _who(pods, team, _claim_holders(self.scheduler, team)),
             dict(state.uuids),
             lambda: _waiting(pods, entries, team, queues),
             tuple(self.pools()),

@@ -52,11 +52,14 @@ class PodInfo:
         team: The queue it is charged to (:func:`gpupool.policy.membership.pod_queue`), or
             its namespace where no policy is known.
         since: Creation time (RFC 3339), if known.
+        claim: ``namespace/name`` of the DRA ResourceClaim when the holding is a claim's GPUs
+            (``key`` is then the pod charged for them); None for a pod's own holding.
     """
 
     key: str
     team: str
     since: str | None = None
+    claim: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +161,7 @@ def nodes(view: ClusterView) -> list[Node]:
                     memory_mib=capacity[allocation.node][gpu] if whole else pod.gpu_memory_mib,
                     kind=pod.kind.value,
                     since=info.since,
+                    claim=info.claim,
                 )
             )
     cpu_free = snapshot.cpu_free.tolist()
@@ -224,6 +228,7 @@ def _mig_slices(view: ClusterView, snapshot: ClusterSnapshot) -> dict[int, list[
                 units=units,
                 pod=held[i].key if i < len(held) else None,
                 team=held[i].team if i < len(held) else None,
+                claim=held[i].claim if i < len(held) else None,
             )
             for i in range(count)
         )
@@ -296,11 +301,12 @@ def teams(view: ClusterView) -> list[Team]:
     snapshot = view.snapshot()
     if snapshot is not None:
         for pod_id, allocation in snapshot.allocations.items():
-            team = view.pod_info(pod_id).team
+            info = view.pod_info(pod_id)
+            team = info.team
             size = pod_size(allocation.pod, snapshot.nodes[allocation.node].gpu_memory_mib)
             used[team] += size.milli
             memory[team] += round(size.memory_gib * 1024)
-            pods[team] += 1
+            pods[team] += info.claim is None  # a claim pod is counted by its own holding
     waiting = Counter(w.info.team for w in view.waiting())
     names = sorted(set(pods) | set(waiting))
     return [

@@ -4,7 +4,8 @@ A claim holds its GPUs under its own snapshot name (:mod:`gpupool.kube.scheduler
 pods that reserve it hold only their CPU and memory. Each question about "a pod's GPUs" therefore
 needs the claim side said once, here:
 
-* **charges**: which one pod's queue pays for a claim's GPUs (a shared claim counts once);
+* **payers and charges**: which one pod's queue pays for a claim's GPUs (a shared claim counts
+  once), for the quota and for the face;
 * **GPUs by pod**: what every consumer runs on, for governance's idle and duration rules;
 * **companions**: the claims a pod alone reserves, which its eviction or end frees (gpupool
   releases a claim no live pod reserves; kube-controller-manager deletes a template's claim
@@ -21,34 +22,47 @@ from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.scheduler.claims import ClaimBind, ClaimBook, claim_key
 
 
+def claim_payers(
+    book: ClaimBook,
+    snapshot: ClusterSnapshot,
+    pods: Mapping[str, PodRecord],
+    binds: Mapping[str, ClaimBind],
+) -> dict[str, str]:
+    """Snapshot name of each held claim to the uid of the one pod that pays for its GPUs.
+
+    The pod that allocates it (while its write is in flight), or else the first pod of
+    ``reservedFor`` still alive; a claim no live pod reserves has no payer. One rule for the
+    quota (:func:`claim_charges`) and for the face, which shows a claim's GPUs as that pod's.
+    """
+    payers: dict[str, str] = {}
+    for uid, bind in binds.items():
+        key = claim_key(bind.plan.claim.metadata.uid)
+        if bind.allocation is not None and key in snapshot.allocations:
+            payers[key] = uid
+    for claim_uid, claim in book.by_uid.items():
+        key = claim_key(claim_uid)
+        if key in payers or key not in snapshot.allocations:
+            continue
+        owner = next((c.uid for c in claim.status.reserved_for if c.uid in pods), None)
+        if owner is not None:
+            payers[key] = owner
+    return payers
+
+
 def claim_charges(
     book: ClaimBook,
     snapshot: ClusterSnapshot,
     pods: Mapping[str, PodRecord],
     binds: Mapping[str, ClaimBind],
 ) -> dict[str, PodSpec]:
-    """Pod uid to the GPUs of the claim its queue is charged for.
+    """Pod uid to the GPUs of the claim its queue is charged for (:func:`claim_payers`).
 
-    A claim's GPUs count once, to the pod that allocates it (while its write is in flight) or
-    else the first pod of ``reservedFor`` still alive: quotas see claim pods in the same GPU
-    units as any other pod, and a claim shared by several pods is not charged several times.
+    Quotas see claim pods in the same GPU units as any other pod, and a claim shared by several
+    pods is not charged several times.
     """
     charges: dict[str, PodSpec] = {}
-    charged: set[str] = set()
-    for uid, bind in binds.items():
-        key = claim_key(bind.plan.claim.metadata.uid)
-        held = snapshot.allocations.get(key)
-        if bind.allocation is not None and held is not None:
-            charges[uid] = held.pod
-            charged.add(key)
-    for claim_uid, claim in book.by_uid.items():
-        key = claim_key(claim_uid)
-        held = snapshot.allocations.get(key)
-        if held is None or key in charged:
-            continue
-        owner = next((c.uid for c in claim.status.reserved_for if c.uid in pods), None)
-        if owner is not None:
-            charges.setdefault(owner, held.pod)
+    for key, uid in claim_payers(book, snapshot, pods, binds).items():
+        charges.setdefault(uid, snapshot.allocations[key].pod)
     return charges
 
 
