@@ -35,8 +35,9 @@ def bench_live(
     schedulers: Annotated[
         str,
         typer.Option(
-            help="Phases to run, in order, from gpupool, kube-scheduler and gpupool-claims "
-            "(gpupool with --claims, each pod asking for its GPU by a ResourceClaim)."
+            help="Phases to run, in order, from gpupool, kube-scheduler, gpupool-claims "
+            "(gpupool with --claims, each pod asking for its GPU by a ResourceClaim) and "
+            "kube-scheduler-claims (the same claim pods through kube-scheduler's DRA allocator)."
         ),
     ] = "gpupool,kube-scheduler",
     concurrency: Annotated[int, typer.Option(help="Concurrent create requests.")] = 16,

@@ -2,7 +2,7 @@
 
 The claim-side twin of :mod:`benchlib.allocation_check`: it reads the claims' raw JSON (no
 decoding shared with the scheduler) and the slices' capacities, and says what breaks these rules
-for the results of gpupool's driver:
+for the results of gpupool's driver (or, for the live bench's kube-scheduler phase, its own):
 
 * no device is given more memory or compute than its slice lists, in all;
 * a device given whole (its full capacity, or any result on a device without shares) or a MIG
@@ -25,18 +25,18 @@ DRIVER = "gpu.gpupool.io"
 Json = dict[str, Any]
 
 
-def claim_results(claim: Json) -> list[Json]:
-    """The claim's results of gpupool's driver (none while unallocated)."""
+def claim_results(claim: Json, driver: str = DRIVER) -> list[Json]:
+    """The claim's results of ``driver`` (none while unallocated)."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
     results = (allocation.get("devices") or {}).get("results") or []
-    return [r for r in results if r.get("driver") == DRIVER]
+    return [r for r in results if r.get("driver") == driver]
 
 
-def _capacities(slices: Iterable[Json]) -> dict[str, dict[str, Fraction]]:
+def _capacities(slices: Iterable[Json], driver: str) -> dict[str, dict[str, Fraction]]:
     found: dict[str, dict[str, Fraction]] = {}
     for item in slices:
         spec = item.get("spec", {})
-        if spec.get("driver") != DRIVER:
+        if spec.get("driver") != driver:
             continue
         for device in spec.get("devices", []):
             key = f"{spec.get('nodeName')}/{device['name']}"
@@ -47,9 +47,11 @@ def _capacities(slices: Iterable[Json]) -> dict[str, dict[str, Fraction]]:
     return found
 
 
-def claim_problems(claims: Iterable[Json], slices: Iterable[Json]) -> list[str]:
-    """Every way the claims' allocations break the rules above ([] when none)."""
-    capacity = _capacities(slices)
+def claim_problems(
+    claims: Iterable[Json], slices: Iterable[Json], driver: str = DRIVER
+) -> list[str]:
+    """Every way the claims' allocations of ``driver`` break the rules above ([] when none)."""
+    capacity = _capacities(slices, driver)
     used: dict[str, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
     holders: dict[str, list[str]] = defaultdict(list)
     exclusive: set[str] = set()
@@ -57,7 +59,7 @@ def claim_problems(claims: Iterable[Json], slices: Iterable[Json]) -> list[str]:
     for claim in claims:
         meta = claim["metadata"]
         name = f"{meta['namespace']}/{meta['name']}"
-        for result in claim_results(claim):
+        for result in claim_results(claim, driver):
             device = f"{result['pool']}/{result['device']}"
             if device not in capacity:
                 problems.append(f"{name}: {device} is no device of its node's slice")

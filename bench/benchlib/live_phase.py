@@ -17,10 +17,11 @@ from typing import Any
 
 from benchlib.allocation_check import check_allocations, inventory
 from benchlib.binds import BindTimes
-from benchlib.live_claims import check_claims, prepare_claims
+from benchlib.live_claims import BENCH_DRIVER, check_claims, prepare_claims
 from benchlib.live_config import LiveConfig
 from benchlib.live_report import fmt, iso
 from benchlib.live_setup import (
+    CLAIM_PHASES,
     GPUPOOL,
     GPUPOOL_CLAIMS,
     GPUPOOL_PHASES,
@@ -41,6 +42,7 @@ from gpupool.devcluster.fakenodes import create_nodes
 from gpupool.devcluster.processes import StartError
 from gpupool.devcluster.session import wait_nodes_ready
 from gpupool.kube.client.api import JsonObject, KubeAPI
+from gpupool.kube.objects.dra import DRIVER
 
 Log = Callable[[str], None]
 
@@ -111,10 +113,13 @@ async def run_phase(
     selector = {PHASE_LABEL: label}  # every scheduler's pods: confined to their phase's nodes
     width = len(str(config.pods - 1))
     names = [f"p-{i:0{width}d}" for i in range(config.pods)]
-    claims = scheduler == GPUPOOL_CLAIMS
+    claims = scheduler in CLAIM_PHASES
+    driver = DRIVER if scheduler == GPUPOOL_CLAIMS else BENCH_DRIVER
     began = time.monotonic()
     if claims:  # a claim per pod, named after it, and the slices of the phase's nodes
-        await prepare_claims(api, namespace, nodes, names, (PHASE_LABEL, label), config.concurrency)
+        await prepare_claims(
+            api, namespace, nodes, names, (PHASE_LABEL, label), config.concurrency, driver
+        )
         log(f"{scheduler}: slices and claims created in {time.monotonic() - began:.1f} s")
     manifests = (pod_manifest(name, scheduler, selector, name if claims else "") for name in names)
     began = time.monotonic()
@@ -160,7 +165,7 @@ async def run_phase(
         phase_nodes = await api.list_items(f"/api/v1/nodes?labelSelector={PHASE_LABEL}%3D{label}")
         result.allocations = check_allocations(pods, inventory(phase_nodes)).summary()
     elif claims:
-        result.allocations = await check_claims(api, namespace, pods, (PHASE_LABEL, label))
+        result.allocations = await check_claims(api, namespace, pods, (PHASE_LABEL, label), driver)
     log(
         f"{scheduler}: {result.bound}/{config.pods} bound; "
         f"{fmt(result.pods_per_second)} pods/s from launch, "

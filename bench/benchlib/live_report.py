@@ -18,6 +18,7 @@ from benchlib.live_setup import (
     GPUPOOL,
     GPUPOOL_CLAIMS,
     GPUPOOL_PHASES,
+    KUBE_CLAIMS,
     KUBE_SCHEDULER,
     PHASE_LABEL,
     SCHEDULERS,
@@ -101,9 +102,11 @@ def compare(
 COMPARISONS = {
     "comparison": (GPUPOOL, KUBE_SCHEDULER),
     "claims_comparison": (GPUPOOL_CLAIMS, GPUPOOL),
+    "claims_against_kube_scheduler": (GPUPOOL_CLAIMS, KUBE_CLAIMS),
 }
 """The verdicts a report carries when both of their phases ran: gpupool against
-kube-scheduler, and claim pods against the same pods by extended resource (issue 18)."""
+kube-scheduler, claim pods against the same pods by extended resource (issue 18), and gpupool's
+claim path against kube-scheduler's own DRA allocator on the same claim pods."""
 
 
 def live_report(
@@ -149,6 +152,12 @@ def live_report(
         if name in GPUPOOL_PHASES
     ]
     report["gpupool_allocations_ok"] = all(c and c["ok"] for c in checks) if checks else None
+    kube_claims = [run["phases"][KUBE_CLAIMS] for run in runs if KUBE_CLAIMS in run["phases"]]
+    report["kube_scheduler_claims_ok"] = (
+        all(p["allocations"] and p["allocations"]["ok"] for p in kube_claims)
+        if kube_claims
+        else None
+    )
     report["setup"] = _setup(config)
     report["per_run"] = runs
     return report
@@ -182,6 +191,16 @@ def _setup(config: LiveConfig) -> dict[str, Any]:
                     "--claims",
                 )
             ),
+        },
+        "kube_scheduler_claims": {
+            "namespace": "bench-kclaims",
+            "nodeSelector": {PHASE_LABEL: "kclaims"},
+            "pod": "the claims phase's pod, schedulerName default-scheduler, its claim of "
+            "DeviceClass gpu.bench.example.com (selector device.driver == "
+            "'gpu.bench.example.com'); the same slices under that driver's name",
+            "scheduler": "kube-scheduler as in kube_scheduler (its DRA plugin allocates)",
+            "cleanup": "the claims' delete-protection finalizer, which kube-scheduler adds and "
+            "no controller removes here, is cleared after the phase",
         },
         "kube_scheduler": {
             "namespace": "bench-kube",
@@ -218,6 +237,7 @@ def report_ok(report: dict[str, Any]) -> bool:
         not report["failed_runs"]
         and all(phase["complete"] for phase in phases)
         and report["gpupool_allocations_ok"] is not False
+        and report.get("kube_scheduler_claims_ok") is not False
     )
 
 
@@ -252,7 +272,11 @@ def format_table(report: dict[str, Any]) -> str:
     lines.extend(report[key]["words"] for key in COMPARISONS if key in report)
     if report["failed_runs"]:
         lines.append(f"FAILED runs: {report['failed_runs']} (see per_run)")
-    ok = report["gpupool_allocations_ok"]
-    if ok is not None:
-        lines.append(f"gpupool allocations: {'ok' if ok else 'PROBLEMS (see per_run)'}")
+    for key, what in (
+        ("gpupool_allocations_ok", "gpupool allocations"),
+        ("kube_scheduler_claims_ok", "kube-scheduler's claim allocations"),
+    ):
+        ok = report.get(key)
+        if ok is not None:
+            lines.append(f"{what}: {'ok' if ok else 'PROBLEMS (see per_run)'}")
     return "\n".join(lines)

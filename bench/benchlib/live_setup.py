@@ -21,7 +21,7 @@ from benchlib.live_claims import RESOURCE
 from gpupool.devcluster.controlplane import LocalControlPlane, SchedulerClient
 from gpupool.devcluster.fakenodes import FakeGpuNode
 from gpupool.devcluster.processes import ManagedProcess
-from gpupool.kube.client.api import ApiError, JsonObject, KubeAPI
+from gpupool.kube.client.api import MERGE_PATCH, ApiError, JsonObject, KubeAPI
 from gpupool.kube.objects.dra import SLICES_PATH
 from gpupool.kube.objects.vocabulary import RESOURCE_GPU, SCHEDULER_NAME
 
@@ -30,10 +30,19 @@ KUBE_SCHEDULER = "kube-scheduler"
 GPUPOOL_CLAIMS = "gpupool-claims"
 """gpupool's scheduler with ``--claims``, the pods asking by ResourceClaim
 (:mod:`benchlib.live_claims`)."""
-SCHEDULERS = (GPUPOOL, KUBE_SCHEDULER, GPUPOOL_CLAIMS)
+KUBE_CLAIMS = "kube-scheduler-claims"
+"""kube-scheduler's own DRA allocator on the same claim pods, for a driver of the bench's
+(:data:`benchlib.live_claims.BENCH_DRIVER`): what the DRA protocol costs any scheduler."""
+SCHEDULERS = (GPUPOOL, KUBE_SCHEDULER, GPUPOOL_CLAIMS, KUBE_CLAIMS)
 DEFAULT_SCHEDULERS = (GPUPOOL, KUBE_SCHEDULER)
 GPUPOOL_PHASES = (GPUPOOL, GPUPOOL_CLAIMS)
-LABELS = {GPUPOOL: "gpupool", KUBE_SCHEDULER: "kube", GPUPOOL_CLAIMS: "claims"}
+CLAIM_PHASES = (GPUPOOL_CLAIMS, KUBE_CLAIMS)
+LABELS = {
+    GPUPOOL: "gpupool",
+    KUBE_SCHEDULER: "kube",
+    GPUPOOL_CLAIMS: "claims",
+    KUBE_CLAIMS: "kclaims",
+}
 GPUPOOL_PROCESS = "gpupool-scheduler"
 POD_IMAGE = "registry.k8s.io/pause:3.10"
 PHASE_LABEL = "bench"
@@ -60,10 +69,10 @@ def bench_nodes(label: str, count: int, gpus: int) -> list[FakeGpuNode]:
 def pod_manifest(
     name: str, scheduler: str, node_selector: dict[str, str] | None, claim: str = ""
 ) -> JsonObject:
-    """A one-GPU pod for ``scheduler`` (``gpupool``, ``kube-scheduler`` or ``gpupool-claims``).
+    """A one-GPU pod for ``scheduler`` (one of :data:`SCHEDULERS`).
 
-    Only ``schedulerName`` differs between the first two schedulers' pods; a ``claim`` pod asks
-    for its GPU through that ResourceClaim instead of ``gpupool.io/gpu``.
+    Only ``schedulerName`` differs between gpupool's and kube-scheduler's pods; a ``claim`` pod
+    asks for its GPU through that ResourceClaim instead of ``gpupool.io/gpu``.
     """
     resources: JsonObject = (
         {"claims": [{"name": "gpu"}]} if claim else {"limits": {RESOURCE_GPU: "1"}}
@@ -128,6 +137,7 @@ async def delete_phase(api: KubeAPI, namespace: str, label: str, timeout: float 
             except ApiError as error:
                 if error.status < 500:
                     raise
+        await _drop_claim_finalizers(api, f"{RESOURCE}/namespaces/{namespace}/resourceclaims")
         while time.monotonic() - asked < 30.0:
             left = [
                 await api.get(path, {"limit": "1", **_selector_only(params)})
@@ -140,6 +150,32 @@ async def delete_phase(api: KubeAPI, namespace: str, label: str, timeout: float 
                     f"{namespace}: pods or nodes still there after {timeout:.0f} s"
                 )
             await asyncio.sleep(0.5)
+
+
+async def _drop_claim_finalizers(api: KubeAPI, path: str, concurrency: int = 16) -> None:
+    """Clear the finalizers of the claims under ``path``, so that their deletion completes.
+
+    kube-scheduler puts ``resource.kubernetes.io/delete-protection`` on every claim it
+    allocates, and only kube-controller-manager's resourceclaim controller, which the bench does
+    not run, takes it off: without this the kube-scheduler claim phase's claims never go.
+    """
+    held = [c for c in await api.list_items(path) if c["metadata"].get("finalizers")]
+    gate = asyncio.Semaphore(concurrency)
+
+    async def drop(claim: JsonObject) -> None:
+        async with gate:
+            try:
+                await api.request(
+                    "PATCH",
+                    f"{path}/{claim['metadata']['name']}",
+                    body={"metadata": {"finalizers": None}},
+                    content_type=MERGE_PATCH,
+                )
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+
+    await asyncio.gather(*(drop(claim) for claim in held))
 
 
 def _selector_only(params: dict[str, str]) -> dict[str, str]:

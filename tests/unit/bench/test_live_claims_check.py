@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchlib.live_claims import claim_manifest, claims_summary, node_slice
+from benchlib.live_claims import BENCH_DRIVER, claim_manifest, claims_summary, node_slice
 from benchlib.live_setup import pod_manifest
 
 from gpupool.devcluster.fakenodes import FakeGpuNode
@@ -69,3 +69,26 @@ def test_one_gpu_given_to_two_claims_fails() -> None:
     summary = claims_summary(pods, claims, _slices())
     assert not summary["ok"]
     assert "given whole and to others" in summary["problems"][0]
+
+
+def test_kube_scheduler_claims_are_checked_under_the_bench_driver() -> None:
+    pod = pod_manifest("k", "kube-scheduler-claims", {"bench": "kclaims"}, claim="k")
+    assert "schedulerName" not in pod["spec"]  # kube-scheduler's pod
+    pod["spec"]["nodeName"] = "n0"
+    claim = claim_manifest("k", BENCH_DRIVER)
+    assert claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == BENCH_DRIVER
+    slices = [node_slice(FakeGpuNode("n0", gpus=2), "uid-n0", LABEL, BENCH_DRIVER)]
+    assert slices[0]["spec"]["driver"] == BENCH_DRIVER
+    twin = claim_manifest("twin", BENCH_DRIVER)
+    for held in (claim, twin):
+        held["metadata"]["namespace"] = "bench-kclaims"
+        result = {"request": "gpu", "driver": BENCH_DRIVER, "pool": "n0", "device": "gpu-0"}
+        held["status"] = {"allocation": {"devices": {"results": [result]}}}
+
+    summary = claims_summary([pod], [claim], slices, BENCH_DRIVER)
+    assert summary["ok"], summary
+    assert summary["claims_allocated_on_their_pods_node"] == 1
+    # the same device given to a second claim is caught under that driver too
+    assert not claims_summary([pod], [claim, twin], slices, BENCH_DRIVER)["ok"]
+    # read as gpupool's, the kube-scheduler allocation is no allocation at all
+    assert not claims_summary([pod], [claim], slices)["ok"]
