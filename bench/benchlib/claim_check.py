@@ -7,7 +7,9 @@ for the results of gpupool's driver (or, for the live bench's kube-scheduler pha
 * no device is given more memory or compute than its slice lists, in all;
 * a device given whole (its full capacity, or any result on a device without shares) or a MIG
   instance is given to one claim alone;
-* every result names a device its node's slice has.
+* every result names a device its node's slice has;
+* (:func:`partial_results`, for callers whose claims all ask for whole GPUs) no result holds
+  less than its whole device.
 
 The unit tests, the integration test and the live bench ask it the same question.
 """
@@ -45,6 +47,33 @@ def _capacities(slices: Iterable[Json], driver: str) -> dict[str, dict[str, Frac
                 for name, value in device.get("capacity", {}).items()
             }
     return found
+
+
+def partial_results(
+    claims: Iterable[Json], slices: Iterable[Json], driver: str = DRIVER
+) -> list[str]:
+    """Results of ``driver`` that hold less than their whole device, for claims of whole GPUs.
+
+    :func:`claim_problems` cannot tell a share from a whole GPU asked for and half given: a
+    caller whose claims all ask for whole devices (the live bench) asks this too.
+    """
+    capacity = _capacities(slices, driver)
+    problems: list[str] = []
+    for claim in claims:
+        meta = claim["metadata"]
+        for result in claim_results(claim, driver):
+            device = f"{result['pool']}/{result['device']}"
+            consumed = {k: parse_quantity(v) for k, v in result.get("consumedCapacity", {}).items()}
+            if consumed and consumed != capacity.get(device):
+                problems.append(
+                    f"{meta['namespace']}/{meta['name']}: {device} given in part, "
+                    f"{_quantities(consumed)} of {_quantities(capacity.get(device, {}))}"
+                )
+    return problems
+
+
+def _quantities(amounts: dict[str, Fraction]) -> str:
+    return ", ".join(f"{key} {amount}" for key, amount in sorted(amounts.items())) or "nothing"
 
 
 def claim_problems(

@@ -9,9 +9,9 @@ one claim per pod. So each bind costs what it costs a user: the claim's record, 
 and ``reservedFor``, then the Binding.
 
 The ``kube-scheduler-claims`` phase runs the same claim pods through kube-scheduler's own DRA
-allocator, on the same devices published under :data:`BENCH_DRIVER`: the protocol's two writes
-(the claim's status, then the Binding) made by the reference implementation, the yardstick for
-gpupool's claim path.
+allocator, on the same GPUs published as exclusive devices under :data:`BENCH_DRIVER` (see
+:func:`node_slice`): the reference implementation's writes (its delete-protection finalizer,
+the claim's status, then the Binding), the yardstick for gpupool's claim path.
 
 The check reads the claims and slices back and asks :mod:`benchlib.claim_check`, the checker
 the claim tests use, plus one thing it cannot see: each pod's claim is allocated on the node the
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from benchlib.claim_check import claim_problems, claim_results
+from benchlib.claim_check import claim_problems, claim_results, partial_results
 from gpupool.agent.dra_slice import slice_devices, slice_object
 from gpupool.agent.nvml import GpuDevice
 from gpupool.devcluster.fakenodes import FakeGpuNode
@@ -60,7 +60,11 @@ def node_slice(
 ) -> JsonObject:
     """The slice the agent would publish for a fake node, labelled so the phase can delete it.
 
-    For another driver the devices are the same, under that driver's name.
+    For another driver the same GPUs are exclusive devices under that driver's name, as NVIDIA's
+    DRA driver publishes whole GPUs: gpupool's devices allow shares and a request without
+    capacity consumes none of them (the policy's default is 0), so kube-scheduler would stack
+    every "whole GPU" claim on one device (seen: 12 claim pods on an 8-GPU node). An exclusive
+    device is also kube-scheduler's cheapest path, the generous reference.
     """
     gpus = tuple(
         GpuDevice(i, f"GPU-{node.name}-{i}", node.gpu_model, node.gpu_memory_mib, i)
@@ -69,6 +73,10 @@ def node_slice(
     body = slice_object(node.name, uid, slice_devices(gpus), 1)
     body["metadata"].setdefault("labels", {})[label[0]] = label[1]
     body["spec"]["driver"] = driver
+    if driver != DRIVER:
+        for device in body["spec"]["devices"]:
+            device.pop("capacity", None)
+            device.pop("allowMultipleAllocations", None)
     return body
 
 
@@ -137,10 +145,10 @@ def claims_summary(
 ) -> dict[str, Any]:
     """Whether the claims hold what they should, and the first problems found.
 
-    ``ok`` when no claim breaks :func:`claim_problems` and every bound pod's claim is allocated
-    on the pod's node.
+    ``ok`` when no claim breaks :func:`claim_problems`, every claim holds its devices whole
+    (each asks for one whole GPU) and every bound pod's claim is allocated on the pod's node.
     """
-    problems = claim_problems(claims, slices, driver)
+    problems = claim_problems(claims, slices, driver) + partial_results(claims, slices, driver)
     by_name = {claim["metadata"]["name"]: claim for claim in claims}
     allocated = 0
     for pod in pods:

@@ -197,7 +197,9 @@ def _setup(config: LiveConfig) -> dict[str, Any]:
             "nodeSelector": {PHASE_LABEL: "kclaims"},
             "pod": "the claims phase's pod, schedulerName default-scheduler, its claim of "
             "DeviceClass gpu.bench.example.com (selector device.driver == "
-            "'gpu.bench.example.com'); the same slices under that driver's name",
+            "'gpu.bench.example.com'); the same GPUs, published under that driver's name as "
+            "exclusive devices (gpupool's allow shares, and a claim without capacity would "
+            "consume none of one)",
             "scheduler": "kube-scheduler as in kube_scheduler (its DRA plugin allocates)",
             "cleanup": "the claims' delete-protection finalizer, which kube-scheduler adds and "
             "no controller removes here, is cleared after the phase",
@@ -231,11 +233,12 @@ def _setup(config: LiveConfig) -> dict[str, Any]:
 
 
 def report_ok(report: dict[str, Any]) -> bool:
-    """Every run finished, every phase bound every pod, every gpupool allocation was right."""
+    """All runs finished, every pod bound within its node's GPUs, every checked allocation right."""
     phases = [phase for run in report["per_run"] for phase in run["phases"].values()]
     return (
         not report["failed_runs"]
         and all(phase["complete"] for phase in phases)
+        and all(phase["node_counts"].get("ok", True) for phase in phases)
         and report["gpupool_allocations_ok"] is not False
         and report.get("kube_scheduler_claims_ok") is not False
     )
@@ -272,6 +275,16 @@ def format_table(report: dict[str, Any]) -> str:
     lines.extend(report[key]["words"] for key in COMPARISONS if key in report)
     if report["failed_runs"]:
         lines.append(f"FAILED runs: {report['failed_runs']} (see per_run)")
+    crowded = sorted(
+        {
+            name
+            for run in report["per_run"]
+            for name, phase in run["phases"].items()
+            if not phase["node_counts"].get("ok", True)
+        }
+    )
+    if crowded:
+        lines.append(f"PODS BEYOND THEIR NODES' GPUS in {', '.join(crowded)} (see per_run)")
     for key, what in (
         ("gpupool_allocations_ok", "gpupool allocations"),
         ("kube_scheduler_claims_ok", "kube-scheduler's claim allocations"),

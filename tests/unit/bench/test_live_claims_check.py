@@ -92,3 +92,20 @@ def test_kube_scheduler_claims_are_checked_under_the_bench_driver() -> None:
     assert not claims_summary([pod], [claim, twin], slices, BENCH_DRIVER)["ok"]
     # read as gpupool's, the kube-scheduler allocation is no allocation at all
     assert not claims_summary([pod], [claim], slices)["ok"]
+
+
+def test_the_bench_drivers_gpus_are_exclusive_and_a_partial_allocation_fails() -> None:
+    ours = node_slice(FakeGpuNode("n0", gpus=1), "uid-n0", LABEL)
+    theirs = node_slice(FakeGpuNode("n0", gpus=1), "uid-n0", LABEL, BENCH_DRIVER)
+    assert ours["spec"]["devices"][0]["allowMultipleAllocations"] is True
+    assert "capacity" in ours["spec"]["devices"][0]
+    assert set(theirs["spec"]["devices"][0]) == {"name", "attributes"}
+
+    pod = _bound("a", "n0")
+    claim = _allocated("a", "n0")
+    # what kube-scheduler gives a capacity-less request on a shared device: none of it
+    consumed = {"memory": "0", "compute": "0"}
+    claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] = consumed
+    summary = claims_summary([pod], [claim], [ours])
+    assert not summary["ok"]
+    assert summary["problems"][0].startswith("bench-claims/a: n0/gpu-0 given in part")

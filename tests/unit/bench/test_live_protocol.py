@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from benchlib.live_config import LiveConfig, phase_order
-from benchlib.live_report import compare
+from benchlib.live_report import compare, report_ok
 
 from gpupool.sim.provenance import provenance, source_state
 
@@ -87,3 +87,16 @@ def test_provenance_names_the_commit_and_whether_the_tree_was_dirty() -> None:
     assert block["source"] == state
     assert "usable_cpus" in block["machine"]
     assert "binaries" not in block
+
+
+def test_a_phase_with_more_pods_than_gpus_on_a_node_fails_the_run() -> None:
+    def report(node_counts_ok: bool) -> dict[str, object]:
+        phase = {"complete": True, "node_counts": {"ok": node_counts_ok}}
+        return {
+            "failed_runs": [],
+            "gpupool_allocations_ok": None,
+            "per_run": [{"phases": {"x": phase}}],
+        }
+
+    assert report_ok(report(True))
+    assert not report_ok(report(False))
