@@ -279,6 +279,8 @@ def test_store_and_governance_settings_reach_the_processes(render: Render) -> No
     )
     (url,) = [e for e in stored["env"] if e["name"] == "GPUPOOL_DB_URL"]
     assert url["valueFrom"]["secretKeyRef"] == {"name": "audit-db", "key": "dsn"}
+    assert "--claims" not in plain["args"]  # resource.k8s.io/v1 only from Kubernetes 1.34
+    assert "--claims" in control_plane(render("controlPlane.claims=true"))["args"]
     off = control_plane(render("controlPlane.governance.enabled=false"))
     assert "--no-governance" in off["args"]
     assert not any(a.startswith("--governance-interval") for a in off["args"])
