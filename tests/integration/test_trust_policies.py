@@ -56,6 +56,10 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 TENANT = "tenant"
 NODE_FIELD = "spec.nodeName: a pod that"
 AGENT_WHY = "the gpupool agent may change only its own Node"
+OWN_FIELDS_WHY = (
+    "the gpupool agent may change on its own Node only the GPU labels, annotations and "
+    "gpupool.io/* resources it publishes"
+)
 EDIT_POD_RULES = [
     {
         "apiGroups": [""],
@@ -284,10 +288,39 @@ async def test_an_agent_token_changes_only_its_own_node(
     try:
         # node A: the agent's own publisher writes labels, annotations and allocatable
         await NodePublisher(agent, node_a, allocatable=True).publish(_publication())
-        await agent.patch(f"/api/v1/nodes/{node_a}", label)
         stored = await api.get(f"/api/v1/nodes/{node_a}")
-        assert stored["metadata"]["labels"]["gpupool.io/probe"] == "1"
+        assert stored["metadata"]["labels"]["gpupool.io/gpu-model"] == "H100"
         assert stored["metadata"]["annotations"]["gpupool.io/gpu-uuids"] == "GPU-a,GPU-b"
+        await agent.patch(
+            f"/api/v1/nodes/{node_a}",
+            {"metadata": {"annotations": {"gpupool.io/gpu-usage": "probe"}}},
+        )
+        # ...but nothing else of it: a label (it could select the node into a pool), a taint,
+        # the cordon, another resource's allocatable, a condition
+        await wait_for(
+            lambda: _refused_dry_run(agent, f"/api/v1/nodes/{node_a}", label),
+            30,
+            "the agent's node fields to be enforced",
+        )
+        assert f"{OWN_FIELDS_WHY}, not metadata.labels[gpupool.io/probe]" in await _forbidden(
+            agent.patch(f"/api/v1/nodes/{node_a}", label)
+        )
+        taint = {"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}
+        assert f"{OWN_FIELDS_WHY}, not spec" in await _forbidden(
+            agent.patch(f"/api/v1/nodes/{node_a}", taint)
+        )
+        cordon = {"spec": {"unschedulable": True}}
+        assert f"{OWN_FIELDS_WHY}, not spec" in await _forbidden(
+            agent.patch(f"/api/v1/nodes/{node_a}", cordon)
+        )
+        cpu = {"status": {"allocatable": {"cpu": "512"}}}
+        assert "not status.allocatable[cpu]" in await _forbidden(
+            agent.patch(f"/api/v1/nodes/{node_a}/status", cpu)
+        )
+        stored = await api.get(f"/api/v1/nodes/{node_a}")
+        assert "gpupool.io/probe" not in stored["metadata"]["labels"]
+        assert not stored["spec"].get("taints")
+        assert not stored["spec"].get("unschedulable")
         # node B: refused, also through nodes/status and through the agent's own code; the
         # node policy is waited for as the fixture waits for the pod policy (an API server
         # enforces each newly written policy after its own delay; once, in a clean-clone run

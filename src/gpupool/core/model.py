@@ -49,6 +49,16 @@ class RequestKind(enum.Enum):
     """One MIG slice of profile ``mig_profile``."""
 
 
+def overcommitted(physical: int, ratio: float) -> int:
+    """A GPU quantity's capacity under an overcommit ``ratio`` (rounded down).
+
+    One rule for the scheduler's snapshot (what it packs) and the node agent's hand-off check
+    (what it lets start): when each rounded on its own, a share the scheduler placed could be
+    refused on the node by one MiB.
+    """
+    return int(physical * ratio)
+
+
 def _require_non_negative(owner: str, name: str, value: int) -> None:
     if value < 0:
         raise InvalidSpecError(owner, name, f"must be >= 0, got {value}")

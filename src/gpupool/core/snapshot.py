@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from gpupool.core.model import MILLI_PER_GPU, NodeSpec, PodSpec, RequestKind
+from gpupool.core.model import MILLI_PER_GPU, NodeSpec, PodSpec, RequestKind, overcommitted
 
 if TYPE_CHECKING:
     from gpupool.core.constraints import NodeConstraints
@@ -197,13 +197,17 @@ class ClusterSnapshot:
         pods = UNLIMITED_PODS_PER_GPU if max_pods_per_gpu is None else max_pods_per_gpu
         self.gpu_pods_capacity[rows] = np.where(exists, pods, 0)
         self.gpu_pods_free[rows] = self.gpu_pods_capacity[rows]
-        self.gpu_milli_capacity[rows] = np.where(exists, int(MILLI_PER_GPU * compute_overcommit), 0)
+        compute = overcommitted(MILLI_PER_GPU, compute_overcommit)
+        self.gpu_milli_capacity[rows] = np.where(exists, compute, 0)
         self.gpu_free[rows] = self.gpu_milli_capacity[rows]
         self.gpu_free_total[rows] = self.gpu_free[rows].sum(axis=1)
         physical = np.array([self.nodes[int(row)].gpu_memory_mib for row in rows], dtype=np.int64)
         known = rows[physical > 0]
         if len(known):
-            scaled = (physical[physical > 0] * memory_overcommit).astype(np.int64)
+            scaled = np.array(
+                [overcommitted(int(mib), memory_overcommit) for mib in physical[physical > 0]],
+                dtype=np.int64,
+            )
             self.gpu_memory_capacity[known] = np.where(exists[physical > 0], scaled[:, None], 0)
             self.gpu_memory_free[known] = self.gpu_memory_capacity[known]
         self.sharing_limited = True
