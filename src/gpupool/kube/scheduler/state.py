@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpupool.core.decisions import Bind
 from gpupool.core.model import PodSpec
@@ -50,6 +50,7 @@ from gpupool.kube.objects.vocabulary import ANNOTATION_GPU_UNHEALTHY, ANNOTATION
 from gpupool.kube.scheduler.bound_pods import BoundPods
 from gpupool.kube.scheduler.claim_state import ClaimHolder
 from gpupool.kube.scheduler.claims import CLAIM_KEY, ClaimBind, ClaimBook, ClaimPlacement, claim_key
+from gpupool.kube.scheduler.volume_binding import VolumeBook, uses_claim, with_volumes
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,7 @@ class ClusterState(BoundPods):
     placements: dict[str, ClaimPlacement] = field(default_factory=dict)
     claim_binds: dict[str, ClaimBind] = field(default_factory=dict)
     claim_holder: ClaimHolder = field(init=False)
+    volumes: VolumeBook = field(default_factory=VolumeBook)
     _signatures: dict[str, tuple[object, ...]] = field(default_factory=dict)
     _nodes_changed: bool = True
     _dirty: set[str] = field(default_factory=set)
@@ -390,11 +392,25 @@ class ClusterState(BoundPods):
         if pod.spec.resource_claims and self.snapshot is not None:
             placement = self.claims.placement(pod, self.snapshot, self.uuids)
             if placement is not None:  # not cached: claims and slices change under it
+                placement = replace(
+                    placement, spec=with_volumes(placement.spec, pod, self.volumes, self.in_use)
+                )
                 self.placements[uid] = placement
                 return placement.spec
         cached = self._specs.get(uid)
         if cached is not None and cached[0] == version:
-            return cached[1]
-        spec = pod_spec(pod)
-        self._specs[uid] = (version, spec)
-        return spec
+            spec = cached[1]
+        else:
+            spec = pod_spec(pod)
+            self._specs[uid] = (version, spec)
+        return with_volumes(spec, pod, self.volumes, self.in_use)  # volumes change under it
+
+    def in_use(self, namespace: str, claim: str, uid: str) -> bool:
+        """Whether a pod other than ``uid`` that is bound or being bound uses the claim."""
+        return any(
+            other != uid
+            and (pod.spec.node_name or other in self.assumed)
+            and pod.metadata.namespace == namespace
+            and uses_claim(pod, claim)
+            for other, pod in self.pods.items()
+        )
