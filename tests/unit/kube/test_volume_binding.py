@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gpupool.core.filtering import filter_nodes
-from gpupool.kube.client.informer import ADDED
+from gpupool.kube.client.informer import ADDED, MODIFIED
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.volumes import PersistentVolumeClaim
 from gpupool.kube.scheduler.state import ClusterState
@@ -21,8 +21,10 @@ from gpupool.kube.scheduler.volume_binding import (
     REASON_ZONE,
     UNBOUND_IMMEDIATE,
     VolumeBook,
+    VolumePlan,
     VolumesNotReadyError,
 )
+from gpupool.kube.scheduler.volume_writes import VolumeWriter
 
 from .builders import decode_pod, node, pod_dict
 from .volume_builders import claim, local_volume, storage_class
@@ -195,3 +197,41 @@ def test_the_plan_provisions_what_no_volume_serves() -> None:
     plan = book.plan(_pod("a"), "n1", {})
     assert plan.bindings == ()
     assert [c.metadata.name for c in plan.provisions] == ["a"]
+
+
+def _writer(book: VolumeBook) -> VolumeWriter:
+    return VolumeWriter(api=None, book=book, labels=lambda name: {})  # type: ignore[arg-type]
+
+
+def test_the_prebind_wait_ends_when_the_claims_are_bound_and_fails_when_taken_back() -> None:
+    book = VolumeBook()
+    selected = {"volume.kubernetes.io/selected-node": "n1"}
+    made, asked = claim("made"), claim("asked", storage_class="any", annotations=selected)
+    for item in (made, asked):
+        book.on_claim(ADDED, item)
+    ref = {"namespace": "default", "name": "made", "uid": "uid-made"}
+    reserved = local_volume("pv", "n1", claim_ref=ref)
+    book.on_volume(ADDED, reserved)
+    plan = VolumePlan("n1", ((reserved, made),), (asked,))
+    writer = _writer(book)
+    assert writer._check(plan) == (None, False)  # reserved and annotated: waiting
+    book.on_claim(MODIFIED, claim("made", volume="pv", bound=True, version="2"))
+    assert writer._check(plan) == (None, False)  # one bound, one being provisioned
+    book.on_claim(MODIFIED, claim("asked", storage_class="any", version="3"))
+    failure, _ = writer._check(plan)
+    assert failure is not None
+    assert "selectedNode annotation reset" in failure  # its provisioner gave the node back
+    book.on_claim(MODIFIED, claim("asked", volume="made-pv", bound=True, version="4"))
+    assert writer._check(plan) == (None, True)
+    other = {"namespace": "default", "name": "someone", "uid": "uid-someone"}
+    book.on_volume(MODIFIED, local_volume("pv", "n1", claim_ref=other, version="2"))
+    failure, _ = writer._check(plan)
+    assert failure is not None
+    assert "bound to another claim" in failure
+
+
+def test_an_older_write_answer_never_replaces_a_newer_watched_object() -> None:
+    book = VolumeBook()
+    book.on_claim(ADDED, claim("a", version="5"))
+    book.on_claim(MODIFIED, claim("a", version="4", bound=True, volume="x"))
+    assert not book.claims[("default", "a")].fully_bound
