@@ -235,3 +235,13 @@ def test_an_older_write_answer_never_replaces_a_newer_watched_object() -> None:
     book.on_claim(ADDED, claim("a", version="5"))
     book.on_claim(MODIFIED, claim("a", version="4", bound=True, volume="x"))
     assert not book.claims[("default", "a")].fully_bound
+
+
+def test_a_claim_already_selected_for_the_node_is_waited_on_and_elsewhere_refused() -> None:
+    book = VolumeBook()
+    selected = {"volume.kubernetes.io/selected-node": "n1"}
+    book.on_claim(ADDED, claim("a", storage_class="any", annotations=selected))
+    book.on_class(ADDED, storage_class("any", provisioner="example.com/csi"))
+    assert [c.metadata.name for c in book.plan(_pod("a"), "n1", {}).provisions] == ["a"]
+    with pytest.raises(VolumesNotReadyError):
+        book.plan(_pod("a"), "n2", {})

@@ -104,10 +104,15 @@ class Binder:
         self, pod: PodRecord, decision: Bind, pool: str, queue: str
     ) -> None:
         assert self.volumes is not None
-        failure = await self.volumes.prebind(pod, decision.node_name)
+        uid = pod.metadata.uid
+        failure = await self.volumes.prebind(
+            pod,
+            decision.node_name,
+            lambda: uid in self.state.assumed,  # not deleted meanwhile
+        )
         if failure is not None:  # kube's Unreserve: give back what the decision held, retry
             self.metrics.bind_failed("volumes")
-            self.state.forget(pod.metadata.uid)
+            self.state.forget(uid)
             self.verdicts.refused(pod, failure)
             self.wake()
             return

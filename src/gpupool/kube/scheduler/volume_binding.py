@@ -81,7 +81,7 @@ class VolumePlan:
     Attributes:
         node: The chosen node.
         bindings: Volumes to reserve for claims (their ``claimRef``), the PV controller binds.
-        provisions: Claims to annotate with the node, for their provisioner.
+        provisions: Claims to annotate with the node (unless they are), for their provisioner.
     """
 
     node: str
@@ -286,8 +286,7 @@ class VolumeBook:
                     continue
             if selected not in (None, node) or not self._provisions_on(claim, node, labels):
                 raise VolumesNotReadyError(f"node {node}: {REASON_BIND_CONFLICT}")
-            if selected is None:
-                provisions.append(claim)
+            provisions.append(claim)  # already selected for this node: waited on all the same
         return VolumePlan(node, tuple(bindings), tuple(provisions))
 
     def _best(

@@ -74,8 +74,13 @@ class VolumeWriter:
         except VolumesNotReadyError:
             return True  # prebind says why
 
-    async def prebind(self, pod: PodRecord, node: str) -> str | None:
-        """Reserve or provision the pod's volumes on ``node`` and wait: None, or why it failed."""
+    async def prebind(
+        self, pod: PodRecord, node: str, wanted: Callable[[], bool] = lambda: True
+    ) -> str | None:
+        """Reserve or provision the pod's volumes on ``node`` and wait: None, or why it failed.
+
+        ``wanted``: whether the bind is still wanted (the pod was not deleted meanwhile).
+        """
         labels = self.labels(node)
         if labels is None:
             return f"node {node} is gone"
@@ -92,7 +97,7 @@ class VolumeWriter:
         if not plan.claims:
             return None
         await self._tell_waiting(pod, plan)
-        return await self._wait(plan)
+        return await self._wait(plan, wanted)
 
     async def _reserve(self, volume: PersistentVolume, claim: PersistentVolumeClaim) -> None:
         meta = claim.metadata
@@ -118,6 +123,8 @@ class VolumeWriter:
         self.book.on_volume("MODIFIED", msgspec.json.decode(raw, type=PersistentVolume))
 
     async def _select(self, claim: PersistentVolumeClaim, node: str) -> None:
+        if claim.metadata.annotations.get(ANNOTATION_SELECTED_NODE) == node:
+            return  # a retry: its provisioner has been told already
         namespace, name = claim.key
         body = {
             "metadata": {
@@ -147,12 +154,14 @@ class VolumeWriter:
         except ApiError as error:  # telling is worth a request, never a failed bind
             log.warning("%s: %s", pod.key, error)
 
-    async def _wait(self, plan: VolumePlan) -> str | None:
+    async def _wait(self, plan: VolumePlan, wanted: Callable[[], bool]) -> str | None:
         deadline = time.monotonic() + self.timeout
         while True:
             failure, done = self._check(plan)
             if failure is not None or done:
                 return failure
+            if not wanted():
+                return "binding volumes: the pod is no longer to be bound"
             left = deadline - time.monotonic()
             if left <= 0:
                 names = ", ".join(claim.metadata.name for claim in plan.claims)
