@@ -331,6 +331,19 @@ def uses_claim(pod: PodRecord, claim: str) -> bool:
     return any(name == claim for name, _ in claim_names(pod))
 
 
+def has_claims(pod: PodRecord) -> bool:
+    """Whether a volume of the pod is backed by a claim (most pods: none, and a fast answer)."""
+    return any(v.persistent_volume_claim or v.ephemeral is not None for v in pod.spec.volumes)
+
+
+def with_groups(spec: PodSpec, groups: tuple[RequiredTerms, ...]) -> PodSpec:
+    """``spec`` with ``groups`` required of its node besides its own constraints."""
+    if not groups:
+        return spec
+    constraints = spec.constraints or NodeConstraints()
+    return replace(spec, constraints=replace(constraints, required=constraints.required + groups))
+
+
 def with_volumes(spec: PodSpec, pod: PodRecord, book: VolumeBook, in_use: ClaimUsers) -> PodSpec:
     """The pod's request with what its volumes require of its node added to its constraints.
 
@@ -338,16 +351,27 @@ def with_volumes(spec: PodSpec, pod: PodRecord, book: VolumeBook, in_use: ClaimU
         VolumesNotReadyError: The pod can go nowhere until a claim changes.
         InvalidObjectError: A volume's or class's node terms cannot be read.
     """
-    if not any(v.persistent_volume_claim or v.ephemeral is not None for v in pod.spec.volumes):
+    if not has_claims(pod):
         return spec
     try:
-        groups = book.requirements(pod, in_use)
+        return with_groups(spec, book.requirements(pod, in_use))
     except VolumeTermsError as error:
         raise InvalidObjectError(f"pod {pod.key}", "spec.volumes", str(error)) from None
-    if not groups:
-        return spec
-    constraints = spec.constraints or NodeConstraints()
-    return replace(spec, constraints=replace(constraints, required=constraints.required + groups))
+
+
+def volume_groups(
+    pod: PodRecord, book: VolumeBook, in_use: ClaimUsers
+) -> tuple[RequiredTerms, ...]:
+    """What the pod's volumes require of its node, for a reader (``explain``) that must not raise.
+
+    A pod that can go nowhere yet gets one group no node meets, under the reason it waits for.
+    """
+    if not has_claims(pod):
+        return ()
+    try:
+        return book.requirements(pod, in_use)
+    except (VolumesNotReadyError, VolumeTermsError) as error:
+        return (RequiredTerms(str(error)),)
 
 
 def _newer(version: str, known: PersistentVolumeClaim | PersistentVolume | None) -> bool:

@@ -35,7 +35,12 @@ from gpupool.kube.objects.volumes import (
     PersistentVolumeClaim,
     VolumeTermsError,
 )
-from gpupool.kube.scheduler.volume_binding import VolumeBook, VolumePlan, VolumesNotReadyError
+from gpupool.kube.scheduler.volume_binding import (
+    VolumeBook,
+    VolumePlan,
+    VolumesNotReadyError,
+    has_claims,
+)
 from gpupool.kube.scheduler.writes import unschedulable_patch
 
 log = logging.getLogger(__name__)
@@ -67,7 +72,7 @@ class VolumeWriter:
 
     def needed(self, pod: PodRecord) -> bool:
         """Whether the pod has claims that are not fully bound (its bind must wait for them)."""
-        if not any(v.persistent_volume_claim or v.ephemeral is not None for v in pod.spec.volumes):
+        if not has_claims(pod):
             return False
         try:
             return any(not claim.fully_bound for claim in self.book.pod_claims(pod))
