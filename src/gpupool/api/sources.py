@@ -304,7 +304,7 @@ class LiveView:
         found = {}
         for uid in entries:
             pod = state.pods.get(uid)
-            if pod is not None and (groups := volume_groups(pod, state.volumes, state.in_use)):
+            if pod is not None and (groups := volume_groups(pod, state.volumes, state)):
                 found[uid] = groups
         return found
 

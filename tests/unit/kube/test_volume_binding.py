@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gpupool.core.filtering import filter_nodes
+from gpupool.core.snapshot import AllocationError
 from gpupool.kube.client.informer import ADDED, MODIFIED
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.volumes import PersistentVolumeClaim
@@ -17,17 +18,20 @@ from gpupool.kube.scheduler.volume_binding import (
     REASON_BIND_CONFLICT,
     REASON_NODE_CONFLICT,
     REASON_PV_NOT_EXIST,
-    REASON_READ_WRITE_ONCE_POD,
     REASON_ZONE,
     UNBOUND_IMMEDIATE,
     VolumeBook,
     VolumePlan,
     VolumesNotReadyError,
 )
+from gpupool.kube.scheduler.volume_limits import (
+    REASON_MAX_VOLUME_COUNT,
+    REASON_READ_WRITE_ONCE_POD,
+)
 from gpupool.kube.scheduler.volume_writes import VolumeWriter
 
-from .builders import decode_pod, node, pod_dict
-from .volume_builders import claim, local_volume, storage_class
+from .builders import bind_decision, decode_pod, node, pod_dict
+from .volume_builders import claim, csi_node, local_volume, storage_class
 
 NODES = ("n1", "n2", "n3")
 
@@ -245,3 +249,43 @@ def test_a_claim_already_selected_for_the_node_is_waited_on_and_elsewhere_refuse
     assert [c.metadata.name for c in book.plan(_pod("a"), "n1", {}).provisions] == ["a"]
     with pytest.raises(VolumesNotReadyError):
         book.plan(_pod("a"), "n2", {})
+
+
+def _bind_on(state: ClusterState, pod: PodRecord, node_name: str) -> None:
+    """What a cycle does for a decision: translate the pod and assume it on ``node_name``."""
+    assert state.snapshot is not None
+    state.on_pod(ADDED, pod)
+    state.sync()
+    spec = state.spec_of(pod)
+    row = state.snapshot.node_index[node_name]
+    free = int(state.snapshot.gpu_free[row].argmax())  # a whole GPU left on it
+    state.assume(bind_decision(spec, row, node_name, (free,)))
+
+
+def test_a_node_at_its_csi_attach_limit_takes_no_new_volume_of_that_driver() -> None:
+    ebs = "ebs.csi.aws.com"
+    claims = [claim(n, volume=f"pv-{n}", bound=True) for n in ("a", "b", "c")]
+    volumes = tuple(local_volume(f"pv-{n}", None, csi=ebs) for n in ("a", "b", "c"))
+    state = _state(*claims, volumes=volumes)
+    for name, limit in (("n1", 1), ("n2", 2)):
+        state.volumes.on_csi_node(ADDED, csi_node(name, {ebs: limit}))
+    _bind_on(state, _pod("a", name="holder", uid="uid-holder"), "n1")  # n1: its one slot taken
+    mask, message = _placed(state, _pod("b"))
+    assert mask == [False, True, True]  # n3 has no CSINode: no limit
+    assert message == f"2/3 nodes are available: 1 {REASON_MAX_VOLUME_COUNT}."
+    assert _placed(state, _pod("a", name="sharer", uid="uid-sharer"))[0] == [True, True, True]
+
+
+def test_two_pods_of_one_cycle_cannot_share_a_read_write_once_pod_claim_or_a_last_slot() -> None:
+    ebs = "ebs.csi.aws.com"
+    rwop = claim("solo", volume="pv-solo", bound=True, modes=("ReadWriteOncePod",))
+    others = [claim(n, volume=f"pv-{n}", bound=True) for n in ("a", "b")]
+    volumes = tuple(local_volume(f"pv-{n}", None, csi=ebs) for n in ("solo", "a", "b"))
+    state = _state(rwop, *others, volumes=volumes)
+    state.volumes.on_csi_node(ADDED, csi_node("n2", {ebs: 1}))
+    _bind_on(state, _pod("solo", name="first", uid="uid-first"), "n1")
+    with pytest.raises(AllocationError, match="ReadWriteOncePod"):
+        _bind_on(state, _pod("solo", name="second", uid="uid-second"), "n1")
+    _bind_on(state, _pod("a", name="third", uid="uid-third"), "n2")
+    with pytest.raises(AllocationError, match="exceed max volume count"):
+        _bind_on(state, _pod("b", name="fourth", uid="uid-fourth"), "n2")  # 1 + 1 > 1

@@ -6,7 +6,12 @@ from typing import Any
 
 import msgspec
 
-from gpupool.kube.objects.volumes import PersistentVolume, PersistentVolumeClaim, StorageClass
+from gpupool.kube.objects.volumes import (
+    CSINode,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    StorageClass,
+)
 
 Json = dict[str, Any]
 HOSTNAME = "kubernetes.io/hostname"
@@ -69,14 +74,21 @@ def local_volume(
     phase: str = "Available",
     labels: dict[str, str] | None = None,
     version: str = "1",
+    csi: str = "",
 ) -> PersistentVolume:
-    """A local volume on ``node`` (None: no node affinity, reachable everywhere)."""
+    """A local volume on ``node`` (None: no node affinity, reachable everywhere).
+
+    ``csi``: a CSI driver's volume instead (its handle is the volume's name).
+    """
     spec: Json = {
         "capacity": {"storage": size},
         "accessModes": list(modes),
         "storageClassName": storage_class,
-        "local": {"path": f"/mnt/{name}"},
     }
+    if csi:
+        spec["csi"] = {"driver": csi, "volumeHandle": name}
+    else:
+        spec["local"] = {"path": f"/mnt/{name}"}
     if node is not None:
         expression = {"key": HOSTNAME, "operator": "In", "values": [node]}
         terms = [{"matchExpressions": [expression]}]
@@ -112,3 +124,15 @@ def storage_class(
         expression = {"key": "topology.kubernetes.io/zone", "values": zones}
         body["allowedTopologies"] = [{"matchLabelExpressions": [expression]}]
     return msgspec.json.decode(msgspec.json.encode(body), type=StorageClass)
+
+
+def csi_node(node: str, limits: dict[str, int]) -> CSINode:
+    """A node's CSINode: each driver with its attach limit."""
+    drivers = [{"name": d, "nodeID": node, "allocatable": {"count": n}} for d, n in limits.items()]
+    body = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSINode",
+        "metadata": {"name": node},
+        "spec": {"drivers": drivers},
+    }
+    return msgspec.json.decode(msgspec.json.encode(body), type=CSINode)

@@ -28,11 +28,13 @@ import msgspec
 from gpupool.core.constraints import Requirement, SelectorTerm
 from gpupool.core.model import InvalidSpecError
 from gpupool.kube.objects.quantity import QuantityError, parse_quantity
-from gpupool.kube.objects.records import KubeObject, NodeSelector, ObjectMeta
+from gpupool.kube.objects.records import KubeObject, NodeSelector, ObjectMeta, PodRecord
 
 PVC_PATH = "/api/v1/persistentvolumeclaims"
 PV_PATH = "/api/v1/persistentvolumes"
 STORAGE_CLASSES_PATH = "/apis/storage.k8s.io/v1/storageclasses"
+CSI_NODES_PATH = "/apis/storage.k8s.io/v1/csinodes"
+ATTACHMENTS_PATH = "/apis/storage.k8s.io/v1/volumeattachments"
 
 ANNOTATION_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 ANNOTATION_BOUND_BY_CONTROLLER = "pv.kubernetes.io/bound-by-controller"
@@ -150,10 +152,18 @@ class VolumeNodeAffinity(msgspec.Struct, frozen=True):
     required: NodeSelector | None = None
 
 
+class CSIVolumeSource(msgspec.Struct, frozen=True, rename="camel"):
+    """A CSI volume's driver and its handle (what counts against a node's attach limit)."""
+
+    driver: str = ""
+    volume_handle: str = ""
+
+
 class VolumeSpec(msgspec.Struct, frozen=True, rename="camel"):
     """The PersistentVolume spec fields scheduling reads."""
 
     capacity: dict[str, str] = {}
+    csi: CSIVolumeSource | None = None
     access_modes: tuple[str, ...] = ()
     claim_ref: ClaimRef | None = None
     storage_class_name: str = ""
@@ -226,6 +236,70 @@ class StorageClass(KubeObject, frozen=True, rename="camel"):
     def provisions(self) -> bool:
         """Whether a claim of the class can get a volume made for it."""
         return bool(self.provisioner) and self.provisioner != NO_PROVISIONER
+
+
+class DriverAllocatable(msgspec.Struct, frozen=True):
+    """How many volumes of a driver a node can have attached."""
+
+    count: int | None = None
+
+
+class CSINodeDriver(msgspec.Struct, frozen=True):
+    """One CSI driver on a node."""
+
+    name: str = ""
+    allocatable: DriverAllocatable | None = None
+
+
+class CSINodeSpec(msgspec.Struct, frozen=True):
+    """The drivers of a node."""
+
+    drivers: tuple[CSINodeDriver, ...] = ()
+
+
+class CSINode(KubeObject, frozen=True):
+    """A node's CSI drivers and their attach limits (named like the node)."""
+
+    spec: CSINodeSpec = CSINodeSpec()
+
+    @property
+    def key(self) -> str:
+        """The node's name."""
+        return self.metadata.name
+
+    @property
+    def limits(self) -> dict[str, int]:
+        """Attachable volumes per driver, for the drivers that say."""
+        return {
+            d.name: d.allocatable.count
+            for d in self.spec.drivers
+            if d.allocatable is not None and d.allocatable.count is not None
+        }
+
+
+class AttachmentSource(msgspec.Struct, frozen=True, rename="camel"):
+    """The volume a VolumeAttachment attaches."""
+
+    persistent_volume_name: str | None = None
+
+
+class AttachmentSpec(msgspec.Struct, frozen=True, rename="camel"):
+    """Which driver attaches which volume to which node."""
+
+    attacher: str = ""
+    node_name: str = ""
+    source: AttachmentSource = AttachmentSource()
+
+
+class VolumeAttachment(KubeObject, frozen=True):
+    """A volume attached (or being attached) to a node: it counts there, pod or not."""
+
+    spec: AttachmentSpec = AttachmentSpec()
+
+    @property
+    def key(self) -> str:
+        """The attachment's name."""
+        return self.metadata.name
 
 
 class VolumeTermsError(ValueError):
@@ -360,3 +434,19 @@ def matches(volume: PersistentVolume, claim: PersistentVolumeClaim) -> bool:
 def volume_claim_name(pod_name: str, volume_name: str) -> str:
     """The claim kube-controller-manager makes for a pod's ephemeral volume."""
     return f"{pod_name}-{volume_name}"
+
+
+def claim_names(pod: PodRecord) -> list[tuple[str, bool]]:
+    """The pod's claims by name, each with whether it is an ephemeral volume's."""
+    found = []
+    for volume in pod.spec.volumes:
+        if volume.persistent_volume_claim is not None:
+            found.append((volume.persistent_volume_claim.claim_name, False))
+        elif volume.ephemeral is not None:
+            found.append((volume_claim_name(pod.metadata.name, volume.name), True))
+    return found
+
+
+def uses_claim(pod: PodRecord, claim: str) -> bool:
+    """Whether one of the pod's volumes is the claim ``claim`` (of its namespace)."""
+    return any(name == claim for name, _ in claim_names(pod))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from gpupool.core.constraints import (
@@ -42,32 +42,31 @@ from gpupool.kube.objects.volumes import (
     ANNOTATION_SELECTED_NODE,
     PHASE_LOST,
     READ_WRITE_ONCE_POD,
+    CSINode,
     PersistentVolume,
     PersistentVolumeClaim,
     StorageClass,
+    VolumeAttachment,
     VolumeTermsError,
+    claim_names,
     claim_storage,
     matches,
     topology_terms,
-    volume_claim_name,
     volume_storage,
     volume_terms,
     zone_terms,
+)
+from gpupool.kube.scheduler.volume_limits import (
+    REASON_READ_WRITE_ONCE_POD,
+    PlacedPods,
+    limit_group,
 )
 
 REASON_BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
 REASON_NODE_CONFLICT = "node(s) didn't match PersistentVolume's node affinity"
 REASON_PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 REASON_ZONE = "node(s) had no available volume zone"
-REASON_READ_WRITE_ONCE_POD = (
-    "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode "
-    "already in-use by another pod"
-)
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
-
-ClaimUsers = Callable[[str, str, str], bool]
-"""``in_use(namespace, claim, pod_uid)``: whether a pod other than ``pod_uid`` uses the claim
-(is bound to a node, or is being bound)."""
 
 
 class VolumesNotReadyError(Exception):
@@ -123,6 +122,8 @@ class VolumeBook:
         claims: PersistentVolumeClaims by (namespace, name).
         volumes: PersistentVolumes by name.
         classes: StorageClasses by name.
+        csi_nodes: CSINodes (attach limits) by node.
+        attachments: VolumeAttachments by name.
         generation: Moves on every change (what a pod's requirements were computed at).
         pulse: Fired on every change.
     """
@@ -130,6 +131,8 @@ class VolumeBook:
     claims: dict[tuple[str, str], PersistentVolumeClaim] = field(default_factory=dict)
     volumes: dict[str, PersistentVolume] = field(default_factory=dict)
     classes: dict[str, StorageClass] = field(default_factory=dict)
+    csi_nodes: dict[str, CSINode] = field(default_factory=dict)
+    attachments: dict[str, VolumeAttachment] = field(default_factory=dict)
     generation: int = 0
     pulse: Pulse = field(default_factory=Pulse)
 
@@ -159,6 +162,22 @@ class VolumeBook:
             self.classes.pop(storage_class.key, None)
         else:
             self.classes[storage_class.key] = storage_class
+        self._changed()
+
+    def on_csi_node(self, kind: str, csi_node: CSINode) -> None:
+        """Informer handler for CSINodes."""
+        if kind == DELETED:
+            self.csi_nodes.pop(csi_node.key, None)
+        else:
+            self.csi_nodes[csi_node.key] = csi_node
+        self._changed()
+
+    def on_attachment(self, kind: str, attachment: VolumeAttachment) -> None:
+        """Informer handler for VolumeAttachments."""
+        if kind == DELETED:
+            self.attachments.pop(attachment.key, None)
+        else:
+            self.attachments[attachment.key] = attachment
         self._changed()
 
     # -- before deciding ---------------------------------------------------------------------
@@ -204,7 +223,7 @@ class VolumeBook:
             and not claim.spec.volume_name
         )
 
-    def requirements(self, pod: PodRecord, in_use: ClaimUsers) -> tuple[RequiredTerms, ...]:
+    def requirements(self, pod: PodRecord, placed: PlacedPods) -> tuple[RequiredTerms, ...]:
         """What the pod's claims require of its node, as groups of terms.
 
         Raises:
@@ -214,7 +233,7 @@ class VolumeBook:
         claims = self.pod_claims(pod)
         groups: list[RequiredTerms] = []
         for claim in claims:
-            if READ_WRITE_ONCE_POD in claim.spec.access_modes and in_use(
+            if READ_WRITE_ONCE_POD in claim.spec.access_modes and placed.in_use(
                 claim.metadata.namespace, claim.metadata.name, pod.metadata.uid
             ):
                 groups.append(RequiredTerms(REASON_READ_WRITE_ONCE_POD))
@@ -228,6 +247,9 @@ class VolumeBook:
                 group = self._unbound(claim)
                 if group is not None:
                     groups.append(group)
+        limits = limit_group(pod, self, placed)
+        if limits is not None:
+            groups.append(limits)
         return tuple(groups)
 
     def _bound(self, claim: PersistentVolumeClaim) -> list[RequiredTerms]:
@@ -315,22 +337,6 @@ class VolumeBook:
         return topology is None or any(t.holds(labels, node) for t in topology)
 
 
-def claim_names(pod: PodRecord) -> list[tuple[str, bool]]:
-    """The pod's claims by name, each with whether it is an ephemeral volume's."""
-    found = []
-    for volume in pod.spec.volumes:
-        if volume.persistent_volume_claim is not None:
-            found.append((volume.persistent_volume_claim.claim_name, False))
-        elif volume.ephemeral is not None:
-            found.append((volume_claim_name(pod.metadata.name, volume.name), True))
-    return found
-
-
-def uses_claim(pod: PodRecord, claim: str) -> bool:
-    """Whether one of the pod's volumes is the claim ``claim`` (of its namespace)."""
-    return any(name == claim for name, _ in claim_names(pod))
-
-
 def has_claims(pod: PodRecord) -> bool:
     """Whether a volume of the pod is backed by a claim (most pods: none, and a fast answer)."""
     return any(v.persistent_volume_claim or v.ephemeral is not None for v in pod.spec.volumes)
@@ -344,7 +350,7 @@ def with_groups(spec: PodSpec, groups: tuple[RequiredTerms, ...]) -> PodSpec:
     return replace(spec, constraints=replace(constraints, required=constraints.required + groups))
 
 
-def with_volumes(spec: PodSpec, pod: PodRecord, book: VolumeBook, in_use: ClaimUsers) -> PodSpec:
+def with_volumes(spec: PodSpec, pod: PodRecord, book: VolumeBook, placed: PlacedPods) -> PodSpec:
     """The pod's request with what its volumes require of its node added to its constraints.
 
     Raises:
@@ -354,13 +360,13 @@ def with_volumes(spec: PodSpec, pod: PodRecord, book: VolumeBook, in_use: ClaimU
     if not has_claims(pod):
         return spec
     try:
-        return with_groups(spec, book.requirements(pod, in_use))
+        return with_groups(spec, book.requirements(pod, placed))
     except VolumeTermsError as error:
         raise InvalidObjectError(f"pod {pod.key}", "spec.volumes", str(error)) from None
 
 
 def volume_groups(
-    pod: PodRecord, book: VolumeBook, in_use: ClaimUsers
+    pod: PodRecord, book: VolumeBook, placed: PlacedPods
 ) -> tuple[RequiredTerms, ...]:
     """What the pod's volumes require of its node, for a reader (``explain``) that must not raise.
 
@@ -369,7 +375,7 @@ def volume_groups(
     if not has_claims(pod):
         return ()
     try:
-        return book.requirements(pod, in_use)
+        return book.requirements(pod, placed)
     except (VolumesNotReadyError, VolumeTermsError) as error:
         return (RequiredTerms(str(error)),)
 

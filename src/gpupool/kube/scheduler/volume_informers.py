@@ -1,4 +1,4 @@
-"""The scheduler's storage watches: claims, volumes and classes into the volume book.
+"""The scheduler's storage watches: claims, volumes, classes, CSINodes and VolumeAttachments.
 
 Every replica runs them, like the pod and node informers, so a new leader starts from a full
 cache (it relists them with the others before its first cycle). A change moves the capacity
@@ -15,18 +15,22 @@ from typing import Any, TypeVar
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.client.informer import Informer
 from gpupool.kube.objects.volumes import (
+    ATTACHMENTS_PATH,
+    CSI_NODES_PATH,
     PV_PATH,
     PVC_PATH,
     STORAGE_CLASSES_PATH,
+    CSINode,
     PersistentVolume,
     PersistentVolumeClaim,
     StorageClass,
+    VolumeAttachment,
 )
 from gpupool.kube.scheduler.volume_binding import VolumeBook
 
 Record = TypeVar("Record")
-VOLUME_WATCHES = 3
-"""Watches the storage informers hold open (claims, volumes, classes): connections."""
+VOLUME_WATCHES = 5
+"""Watches the storage informers hold open (claims, volumes, classes, CSINodes, attachments)."""
 
 
 class VolumeInformers:
@@ -43,9 +47,13 @@ class VolumeInformers:
         self.claims = Informer(api, PVC_PATH, PersistentVolumeClaim, self._wrap(book.on_claim))
         self.volumes = Informer(api, PV_PATH, PersistentVolume, self._wrap(book.on_volume))
         self.classes = Informer(api, STORAGE_CLASSES_PATH, StorageClass, self._wrap(book.on_class))
+        self.csi_nodes = Informer(api, CSI_NODES_PATH, CSINode, self._wrap(book.on_csi_node))
+        self.attachments = Informer(
+            api, ATTACHMENTS_PATH, VolumeAttachment, self._wrap(book.on_attachment)
+        )
 
     def _all(self) -> tuple[Informer[Any], ...]:
-        informers = (self.claims, self.volumes, self.classes)
+        informers = (self.claims, self.volumes, self.classes, self.csi_nodes, self.attachments)
         assert len(informers) == VOLUME_WATCHES
         return informers
 
@@ -66,5 +74,5 @@ class VolumeInformers:
         await asyncio.gather(*(informer.run() for informer in self._all()))
 
     async def resync(self) -> None:
-        """Relist all three (a new term as leader)."""
+        """Relist them all (a new term as leader)."""
         await asyncio.gather(*(informer.resync() for informer in self._all()))
