@@ -10,8 +10,8 @@ like :mod:`gpupool.kube.objects.records`) and the pure parts of the rules, in ku
   ``pv.kubernetes.io/bind-completed`` (the PV controller's mark), not before;
 * a claim's class is the beta annotation if present, else ``spec.storageClassName``;
 * a volume *matches* an unbound claim (:func:`matches`) when it is not being deleted, is
-  ``Available`` (or already reserved for this claim by ``claimRef``), has the claim's class and
-  volume mode, at least the storage asked for, every access mode asked for, and the labels the
+  ``Available`` (or already reserved for this claim by ``claimRef``), has the claim's class,
+  volume mode and VolumeAttributesClass, at least the storage asked for, every access mode asked for, and the labels the
   claim's selector asks for; its node affinity is checked per node by the core;
 * a volume's node affinity and a class's ``allowedTopologies`` become the core's selector terms
   (:func:`volume_terms`, :func:`topology_terms`), and a volume's zone labels the terms of
@@ -102,6 +102,7 @@ class ClaimSpec(msgspec.Struct, frozen=True, rename="camel"):
     volume_name: str = ""
     storage_class_name: str | None = None
     volume_mode: str | None = None
+    volume_attributes_class_name: str | None = None
 
 
 class ClaimStatus(msgspec.Struct, frozen=True):
@@ -168,6 +169,7 @@ class VolumeSpec(msgspec.Struct, frozen=True, rename="camel"):
     claim_ref: ClaimRef | None = None
     storage_class_name: str = ""
     volume_mode: str | None = None
+    volume_attributes_class_name: str | None = None
     node_affinity: VolumeNodeAffinity | None = None
 
 
@@ -420,6 +422,9 @@ def matches(volume: PersistentVolume, claim: PersistentVolumeClaim) -> bool:
     if volume_storage(volume) < claim_storage(claim):
         return False
     if (volume.spec.volume_mode or FILESYSTEM) != (claim.spec.volume_mode or FILESYSTEM):
+        return False
+    claim_attributes = claim.spec.volume_attributes_class_name or ""
+    if claim_attributes != (volume.spec.volume_attributes_class_name or ""):
         return False
     if reserved:
         return True
