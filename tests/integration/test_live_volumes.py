@@ -214,3 +214,29 @@ async def test_a_dynamic_claim_is_given_the_chosen_node_and_the_pod_waits_until_
         assert (await _pod(api, namespace, "dyn"))["spec"]["nodeName"] == node
     finally:
         processes.stop_all()
+
+
+async def test_an_ephemeral_volumes_claim_is_found_by_its_generated_name_and_bound_on_its_node(
+    api: KubeAPI, control_plane: LocalControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    cls = f"scratch-{namespace}"
+    await api.create("/apis/storage.k8s.io/v1/storageclasses", _class(cls, "WaitForFirstConsumer"))
+    processes, (_, second) = await _setup(api, control_plane, namespace, tmp_path)
+    try:
+        await api.create("/api/v1/persistentvolumes", _volume(f"{namespace}-eph", second, cls))
+        pod = gpu_pod("eph", selector={"test": namespace})
+        template = {"spec": _claim("unused", cls)["spec"]}
+        pod["spec"]["volumes"] = [
+            {"name": "scratch", "ephemeral": {"volumeClaimTemplate": template}}
+        ]
+        await create_pods(api, namespace, [pod])  # kube-controller-manager makes "eph-scratch"
+
+        async def bound() -> bool:
+            return bool((await _pod(api, namespace, "eph"))["spec"].get("nodeName"))
+
+        await wait_for(bound, 90, "the generated claim bound and then the pod")
+        assert (await _pod(api, namespace, "eph"))["spec"]["nodeName"] == second
+        claim = await _claim_of(api, namespace, "eph-scratch")
+        assert claim["spec"]["volumeName"] == f"{namespace}-eph"
+    finally:
+        processes.stop_all()
