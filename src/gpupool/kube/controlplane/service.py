@@ -35,10 +35,10 @@ from gpupool.kube.controlplane.metrics import scheduler_registry
 from gpupool.kube.governance.controller import GovernanceConfig, GovernanceController
 from gpupool.kube.objects.signing import RecordSigner
 from gpupool.kube.scheduler.claim_informers import CLAIM_WATCHES
-from gpupool.kube.scheduler.volume_informers import VOLUME_WATCHES
 from gpupool.kube.scheduler.config import LiveConfig
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.kube.scheduler.rights import PROBE_PERIOD, probe
+from gpupool.kube.scheduler.volume_informers import VOLUME_WATCHES
 from gpupool.kube.scheduler.writes import REPORT_WORKERS
 from gpupool.retry import Backoff, retry
 

@@ -11,8 +11,9 @@ like :mod:`gpupool.kube.objects.records`) and the pure parts of the rules, in ku
 * a claim's class is the beta annotation if present, else ``spec.storageClassName``;
 * a volume *matches* an unbound claim (:func:`matches`) when it is not being deleted, is
   ``Available`` (or already reserved for this claim by ``claimRef``), has the claim's class,
-  volume mode and VolumeAttributesClass, at least the storage asked for, every access mode asked for, and the labels the
-  claim's selector asks for; its node affinity is checked per node by the core;
+  volume mode and VolumeAttributesClass, at least the storage asked for, every access mode
+  asked for, and the labels the claim's selector asks for; its node affinity is checked per
+  node by the core;
 * a volume's node affinity and a class's ``allowedTopologies`` become the core's selector terms
   (:func:`volume_terms`, :func:`topology_terms`), and a volume's zone labels the terms of
   VolumeZone (:func:`zone_terms`).
