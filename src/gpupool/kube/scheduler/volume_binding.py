@@ -1,11 +1,12 @@
 """What a pod's volumes require of its node, and which volumes to bind once a node is chosen.
 
-kube-scheduler's VolumeBinding, VolumeZone and VolumeRestrictions, in two halves:
+kube-scheduler's VolumeBinding, VolumeZone, VolumeRestrictions (ReadWriteOncePod) and
+NodeVolumeLimits (:mod:`gpupool.kube.scheduler.volume_limits`), in two halves:
 
 * **Before deciding** (:meth:`VolumeBook.requirements`): a pod whose claim does not exist, is
   being deleted or lost, or is unbound with an Immediate class (or none) waits with kube's
-  words (:class:`VolumesNotReadyError`); otherwise each claim becomes a group of node-affinity terms
-  the core ANDs with the pod's own (:class:`~gpupool.core.constraints.RequiredTerms`): a bound
+  words (:class:`VolumesNotReadyError`); otherwise each claim becomes a group of node-affinity
+  terms the core ANDs with the pod's own (:class:`~gpupool.core.constraints.RequiredTerms`): a bound
   claim's volume's node affinity and zone; a WaitForFirstConsumer claim's, the union of where a
   matching volume lives and where its class may provision; a claim the volume controller
   already asked to be provisioned (``volume.kubernetes.io/selected-node``), that node only. So
@@ -124,7 +125,6 @@ class VolumeBook:
         classes: StorageClasses by name.
         csi_nodes: CSINodes (attach limits) by node.
         attachments: VolumeAttachments by name.
-        generation: Moves on every change (what a pod's requirements were computed at).
         pulse: Fired on every change.
     """
 
@@ -133,11 +133,9 @@ class VolumeBook:
     classes: dict[str, StorageClass] = field(default_factory=dict)
     csi_nodes: dict[str, CSINode] = field(default_factory=dict)
     attachments: dict[str, VolumeAttachment] = field(default_factory=dict)
-    generation: int = 0
     pulse: Pulse = field(default_factory=Pulse)
 
     def _changed(self) -> None:
-        self.generation += 1
         self.pulse.fire()
 
     def on_claim(self, kind: str, claim: PersistentVolumeClaim) -> None:
