@@ -14,7 +14,8 @@ The checks mirror the FGD simulator's filter (NodeResourcesFit plus Open-Gpu-Sha
 * a MIG pod needs a free slice of its profile.
 
 Checks that do not depend on what runs on a node (:func:`node_checks`: readiness, cordon,
-untolerated taints, the node selector and required affinity) are the same for every pod with
+untolerated taints, the node selector, required affinity and what the pod's volumes require
+of the node) are the same for every pod with
 the same constraints; they are compiled into masks once per distinct constraint set and node
 inventory (cached on the snapshot, bounded) and shared by the filter, :func:`fits_on_node` and
 :func:`admissible` (which adds the GPU model), so the filter, preemption's victim search and
@@ -155,8 +156,19 @@ def _compile(snapshot: ClusterSnapshot, constraints: NodeConstraints) -> tuple[N
             else [],
         ),
     )
+    labels = [dict(node.labels) for node in nodes] if constraints.required else []
+    volumes = tuple(  # the pod's volumes' groups: one check per reason (kube's VolumeBinding)
+        (
+            reason,
+            [
+                constraints.meets_required(reason, lab, n.name)
+                for lab, n in zip(labels, nodes, strict=True)
+            ],
+        )
+        for reason in constraints.required_reasons()
+    )
     checks = []
-    for reason, values in masks:
+    for reason, values in (*masks, *volumes):
         if values and not all(values):
             mask = np.array(values, dtype=np.bool_)
             mask.setflags(write=False)

@@ -105,6 +105,24 @@ class PodResourceClaim(msgspec.Struct, frozen=True, rename="camel"):
     resource_claim_template_name: str | None = None
 
 
+class PersistentVolumeClaimSource(msgspec.Struct, frozen=True, rename="camel"):
+    """``spec.volumes[].persistentVolumeClaim``: the claim a volume mounts."""
+
+    claim_name: str = ""
+
+
+class Volume(msgspec.Struct, frozen=True, rename="camel"):
+    """A pod volume, as far as scheduling reads it: whether a claim backs it.
+
+    ``ephemeral`` is kept raw: only its presence matters (its claim, ``<pod>-<volume>``, is
+    made by kube-controller-manager and read like any other).
+    """
+
+    name: str = ""
+    persistent_volume_claim: PersistentVolumeClaimSource | None = None
+    ephemeral: dict[str, Any] | None = None
+
+
 class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
     """The pod spec fields the scheduler reads."""
 
@@ -119,6 +137,7 @@ class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
     tolerations: list[Toleration] = []
     scheduling_gates: list[dict[str, str]] = []
     resource_claims: tuple[PodResourceClaim, ...] = ()
+    volumes: tuple[Volume, ...] = ()
 
 
 class ContainerStateWaiting(msgspec.Struct, frozen=True):

@@ -58,6 +58,8 @@ from gpupool.kube.scheduler.queue import SchedulingQueue
 from gpupool.kube.scheduler.rights import AllocationRights
 from gpupool.kube.scheduler.state import ClusterState
 from gpupool.kube.scheduler.verdicts import Verdicts
+from gpupool.kube.scheduler.volume_informers import VolumeInformers
+from gpupool.kube.scheduler.volume_writes import VolumeWriter
 from gpupool.kube.scheduler.writes import PodReporter
 from gpupool.policy.workload import Workload
 from gpupool.scheduling.backfill import Reservation
@@ -108,6 +110,7 @@ class LiveScheduler:
         self.dra = (
             ClaimInformers(self.api, self.state, self._on_claims) if self.config.claims else None
         )
+        self.volume_informers = VolumeInformers(self.api, self.state.volumes, self._on_volumes)
         self.policies = PolicySource(self.api, self._on_policy)
         evictor = Evictor(self.api, self.reports, self._still_evicting, self.wake.set)
         self.preemptions = Preemptions(evictor, self.reports)
@@ -132,6 +135,7 @@ class LiveScheduler:
             self.metrics,
             self.wake.set,
             self.rights,
+            VolumeWriter(self.api, self.state.volumes, self._node_labels),
         )
         self.applier = Applier(
             self.state, self.book, self.preemptions, self.verdicts, self.binder, self.stats
@@ -186,6 +190,16 @@ class LiveScheduler:
         if self.leading:
             self.wake.set()
 
+    def _on_volumes(self) -> None:
+        """A claim, volume or class changed: pods parked for their volumes are tried again."""
+        self.state.capacity_epoch += 1
+        if self.leading:
+            self.wake.set()
+
+    def _node_labels(self, name: str) -> dict[str, str] | None:
+        node = self.state.nodes.get(name)
+        return dict(node.metadata.labels) if node is not None else None
+
     def _on_node(self, kind: str, node: NodeRecord) -> None:
         self.state.on_node(kind, node)
         if self.leading:
@@ -199,6 +213,7 @@ class LiveScheduler:
             self.pods.synced.is_set()
             and self.nodes.synced.is_set()
             and self.policies.synced
+            and self.volume_informers.synced
             and dra
         )
 
@@ -206,7 +221,12 @@ class LiveScheduler:
         """Keep the caches current (every replica, leader or not) and write Events."""
         dra = [self.dra.run()] if self.dra is not None else []
         await asyncio.gather(
-            self.pods.run(), self.nodes.run(), self.policies.run(), self.reports.run(), *dra
+            self.pods.run(),
+            self.nodes.run(),
+            self.policies.run(),
+            self.reports.run(),
+            self.volume_informers.run(),
+            *dra,
         )
 
     async def lead(self) -> None:
@@ -214,7 +234,13 @@ class LiveScheduler:
         await self.policies.wait_synced()  # never admit against quotas not read yet
         # claims too: what allocated claims hold must be known before anything is placed
         dra = [self.dra.resync()] if self.dra is not None else []
-        await asyncio.gather(self.nodes.resync(), self.pods.resync(), self.policies.resync(), *dra)
+        await asyncio.gather(
+            self.nodes.resync(),
+            self.pods.resync(),
+            self.policies.resync(),
+            self.volume_informers.resync(),  # a pod's volumes decide where it may go
+            *dra,
+        )
         self.state.restart()
         self.queue.clear()
         self.preemptions.clear()

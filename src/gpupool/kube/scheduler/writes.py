@@ -158,7 +158,8 @@ async def find_out(api: KubeAPI, pod: PodRecord, first: BindResult) -> BindResul
     return await retry(look, FIND_OUT_BACKOFF, unknown)
 
 
-def _unschedulable_patch(message: str) -> JsonObject:
+def unschedulable_patch(message: str) -> JsonObject:
+    """The status patch of a pending pod: `PodScheduled=False` with ``message``."""
     return {
         "status": {
             "conditions": [
@@ -231,7 +232,7 @@ class PodReporter:
         """
         meta = pod.metadata
         path = f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/status"
-        self._put("PATCH", path, _unschedulable_patch(message), STRATEGIC_PATCH)
+        self._put("PATCH", path, unschedulable_patch(message), STRATEGIC_PATCH)
 
     def nominate(self, pod: PodRecord, node: str) -> None:
         """Queue ``status.nominatedNodeName`` for a preemptor, as kube-scheduler writes it."""
