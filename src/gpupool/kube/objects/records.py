@@ -119,6 +119,7 @@ class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
     tolerations: list[Toleration] = []
     scheduling_gates: list[dict[str, str]] = []
     resource_claims: tuple[PodResourceClaim, ...] = ()
+    termination_grace_period_seconds: int | None = None
 
 
 class ContainerStateWaiting(msgspec.Struct, frozen=True):
