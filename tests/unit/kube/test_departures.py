@@ -1,4 +1,4 @@
-"""Pods gpupool removes: grace capped by the pool, evictions a budget refuses deleted past a wait."""
+"""Pods gpupool removes: grace capped by the pool, a budget-refused eviction deleted past a wait."""
 
 from __future__ import annotations
 
