@@ -160,7 +160,6 @@ async def test_a_budget_holds_a_reclaim_back_only_for_the_pools_wait(
                 and status.get("observedGeneration") == 1
             )
 
-        budget_path = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/keep"
         await wait_for(budget_computed, 60, "the disruption controller's status")
         assert (await tenants[ns].get(budget_path))["status"]["disruptionsAllowed"] == 0
 
