@@ -194,3 +194,15 @@ async def test_a_budget_holds_a_reclaim_back_only_for_the_pools_wait(
         assert (deleted in note) is (len(covered) == len(borrowed))
         if deleted in note:
             assert "deleted past the pool's disruptionBudgetWait (5 s)" in note
+
+    async def preempting_events() -> list[str]:
+        events = await events_about(api, owner, "mine")
+        return [e["note"] for e in events if e["reason"] == "Preempting"]
+
+    async def preempting_reported() -> bool:
+        return len(await preempting_events()) == 1
+
+    await wait_for(preempting_reported, 30, "the Preempting event on the owner's pod")
+    (preempting,) = await preempting_events()
+    protected = "2 of them protected by a PodDisruptionBudget"
+    assert (protected in preempting) is (len(covered) == len(borrowed))

@@ -91,10 +91,11 @@ async def test_a_refused_eviction_is_retried_until_the_wait_and_then_the_pod_del
         assert "PodDisruptionBudget allows no disruption" in departure.note
     assert leaving.wait_left(pod) == pytest.approx(0.1)
     assert server.methods() == ["POST"] * 3
-    clock.now = 5.0
+    clock.now = 5.0  # the eviction is asked once more: a budget that frees up is obeyed
     departure = await leaving.remove(pod)
     assert departure.outcome is Outcome.DELETED
     method, path, body = server.requests[-1]
+    assert server.methods()[-2:] == ["POST", "DELETE"]
     assert (method, path) == ("DELETE", "/api/v1/namespaces/team/pods/trainer")
     assert body["gracePeriodSeconds"] == 20
     assert body["preconditions"] == {"uid": "uid-trainer"}
@@ -103,7 +104,7 @@ async def test_a_refused_eviction_is_retried_until_the_wait_and_then_the_pod_del
         "disruptionBudgetWait (5 s), grace 20 s"
     )
     assert leaving.deleted == 1
-    assert leaving.refused_since == {}
+    assert leaving.refused == {}
 
 
 async def test_an_accepted_eviction_restarts_the_wait_of_a_later_refusal() -> None:
@@ -131,3 +132,15 @@ async def test_a_pod_already_gone_is_settled_without_a_delete() -> None:
     departure = await departures(server, Clock(), EvictionSpec()).remove(victim())
     assert departure.outcome is Outcome.GONE
     assert server.methods() == ["POST"]
+
+
+async def test_refusals_far_apart_start_a_new_wait() -> None:
+    server, clock = Server(eviction=429), Clock()
+    leaving = departures(server, clock, EvictionSpec(budget_wait=5.0))
+    pod = victim()
+    assert (await leaving.remove(pod)).outcome is Outcome.REFUSED
+    clock.now = 3600.0  # chosen again an hour later: evicted first, not deleted
+    assert (await leaving.remove(pod)).outcome is Outcome.REFUSED
+    assert leaving.wait_left(pod) == 5.0
+    clock.now = 3605.0
+    assert (await leaving.remove(pod)).outcome is Outcome.DELETED

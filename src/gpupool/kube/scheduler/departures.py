@@ -32,6 +32,9 @@ from gpupool.policy.spec import EvictionSpec
 
 DEFAULT_TERMINATION_GRACE = 30
 """The API server's ``terminationGracePeriodSeconds`` for a pod that sets none."""
+REFUSALS_APART = 120.0
+"""Seconds after which a new refusal starts a new wait: longer than any pause between two
+tries of one removal (the evictor's backoff ends at 30 s, governance passes every 5 s)."""
 
 
 class Outcome(enum.Enum):
@@ -92,7 +95,7 @@ def refusal_text(error: ApiError) -> str:
 
 
 class Departures:
-    """Removes pods within their pool's terms and remembers since when each was refused.
+    """Removes pods within their pool's terms and remembers since when each is refused.
 
     Args:
         api: The API port.
@@ -112,39 +115,51 @@ class Departures:
         self.terms = terms
         self.covering = covering
         self.clock = clock
-        self.refused_since: dict[str, float] = {}
+        self.refused: dict[str, tuple[float, float]] = {}
+        """Per pod uid, its first and latest refusal of the blockage going on."""
         self.deleted = 0
 
     def forget(self, uid: str) -> None:
         """The pod left the cache: its refusals no longer count."""
-        self.refused_since.pop(uid, None)
+        self.refused.pop(uid, None)
 
     def wait_left(self, pod: PodRecord) -> float:
         """Seconds until a refused pod would be deleted (its pool's whole wait if not refused)."""
         wait = self.terms(pod).budget_wait
-        since = self.refused_since.get(pod.metadata.uid)
+        since = self._blocked_since(pod.metadata.uid)
         return wait if since is None else max(0.0, since + wait - self.clock())
 
     async def remove(self, pod: PodRecord) -> Departure:
-        """One try: evict, or delete once evictions have been refused for the pool's wait."""
+        """One try: evict; delete if evictions have now been refused for the pool's wait."""
         uid = pod.metadata.uid
         terms = self.terms(pod)
         grace, grace_note = grace_given(pod, terms)
-        since = self.refused_since.get(uid)
-        if since is None or self.clock() - since < terms.budget_wait:
-            try:
-                await self.api.request("POST", _path(pod) + "/eviction", body=_eviction(pod, grace))
-            except ApiError as error:
-                if error.status in (404, 409):  # gone, or replaced under the same name
-                    self.forget(uid)
-                    return Departure(Outcome.GONE)
-                since = self.refused_since.setdefault(uid, self.clock())
-                if self.clock() - since < terms.budget_wait:
-                    return Departure(Outcome.REFUSED, refusal_text(error))
-            else:
+        try:
+            await self.api.request("POST", _path(pod) + "/eviction", body=_eviction(pod, grace))
+        except ApiError as error:
+            if error.status in (404, 409):  # gone, or replaced under the same name
                 self.forget(uid)
-                return Departure(Outcome.EVICTED, grace_note)
-        return await self._delete(pod, (grace, grace_note), self.clock() - since)
+                return Departure(Outcome.GONE)
+            now = self.clock()
+            since = self._blocked_since(uid)
+            since = now if since is None else since
+            self.refused[uid] = (since, now)
+            if now - since < terms.budget_wait:
+                return Departure(Outcome.REFUSED, refusal_text(error))
+            return await self._delete(pod, (grace, grace_note), now - since)
+        self.forget(uid)
+        return Departure(Outcome.EVICTED, grace_note)
+
+    def _blocked_since(self, uid: str) -> float | None:
+        """When the refusals of ``uid``'s eviction began, if they still go on.
+
+        Refusals further apart than :data:`REFUSALS_APART` are not one blockage: a victim
+        whose preemptor gave up, chosen again an hour later, is evicted first, not deleted.
+        """
+        times = self.refused.get(uid)
+        if times is None or self.clock() - times[1] > REFUSALS_APART:
+            return None
+        return times[0]
 
     async def _delete(self, pod: PodRecord, grace: tuple[int, str], blocked: float) -> Departure:
         uid = pod.metadata.uid
