@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -9,9 +10,12 @@ import httpx2
 import pytest
 
 from gpupool.kube.client.api import KubeAPI
+from gpupool.kube.governance.audit import Auditor
+from gpupool.kube.governance.facts import GovernanceSettings
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.scheduler.departures import Departures, Outcome
 from gpupool.policy.spec import EvictionSpec
+from gpupool.store.records import AuditAction, AuditEvent
 
 from .builders import decode_pod, pod_dict
 
@@ -144,3 +148,26 @@ async def test_refusals_far_apart_start_a_new_wait() -> None:
     assert leaving.wait_left(pod) == 5.0
     clock.now = 3605.0
     assert (await leaving.remove(pod)).outcome is Outcome.DELETED
+
+
+async def test_a_preemption_victims_departure_is_audited_with_its_note() -> None:
+    class Writer:
+        def __init__(self) -> None:
+            self.events: list[AuditEvent] = []
+
+        async def audit(self, event: AuditEvent) -> None:
+            self.events.append(event)
+
+    writer = Writer()
+    auditor = Auditor(writer, "replica")  # type: ignore[arg-type]
+    note = "Preempted by owner/mine (rule reclaim); PodDisruptionBudget team/keep blocked ..."
+    auditor.decision(victim(), "preempt", note, GovernanceSettings(), 0.0)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    (event,) = writer.events
+    assert (event.action, event.key, event.reason) == (
+        AuditAction.PREEMPT,
+        "preempt/uid-trainer",
+        note,
+    )
+    assert (event.namespace, event.name, event.values) == ("team", "trainer", {})
