@@ -32,9 +32,10 @@ from gpupool.policy.spec import EvictionSpec
 
 DEFAULT_TERMINATION_GRACE = 30
 """The API server's ``terminationGracePeriodSeconds`` for a pod that sets none."""
-REFUSALS_APART = 120.0
+REFUSALS_APART = 600.0
 """Seconds after which a new refusal starts a new wait: longer than any pause between two
-tries of one removal (the evictor's backoff ends at 30 s, governance passes every 5 s)."""
+tries of one removal (the evictor's backoff ends at 30 s; governance passes every 5 s by
+default, and an interval set longer than this would never let a budget's wait run out)."""
 
 
 class Outcome(enum.Enum):
