@@ -397,4 +397,5 @@ class Cycle:
             victims=choice.victims,
             rule=choice.rule,
             gpu_seconds_lost=choice.gpu_seconds_lost,
+            violating=choice.violating,
         )

@@ -138,6 +138,7 @@ class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
     scheduling_gates: list[dict[str, str]] = []
     resource_claims: tuple[PodResourceClaim, ...] = ()
     volumes: tuple[Volume, ...] = ()
+    termination_grace_period_seconds: int | None = None
 
 
 class ContainerStateWaiting(msgspec.Struct, frozen=True):

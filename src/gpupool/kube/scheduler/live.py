@@ -47,9 +47,11 @@ from gpupool.kube.policy.source import PolicySource
 from gpupool.kube.policy.status import Status, StatusWriter, live_statuses
 from gpupool.kube.scheduler.apply import Applier
 from gpupool.kube.scheduler.binder import Binder
+from gpupool.kube.scheduler.budget_cache import BudgetCache
 from gpupool.kube.scheduler.claim_informers import ClaimInformers
 from gpupool.kube.scheduler.claim_ledger import claim_charges, sole_claims
 from gpupool.kube.scheduler.config import DecisionHook, LiveConfig, LiveStats
+from gpupool.kube.scheduler.departures import Departures
 from gpupool.kube.scheduler.evictions import Eviction, Evictor
 from gpupool.kube.scheduler.intake import Intake
 from gpupool.kube.scheduler.observe import SchedulingMetrics
@@ -61,6 +63,8 @@ from gpupool.kube.scheduler.verdicts import Verdicts
 from gpupool.kube.scheduler.volume_informers import VolumeInformers
 from gpupool.kube.scheduler.volume_writes import VolumeWriter
 from gpupool.kube.scheduler.writes import PodReporter
+from gpupool.policy.membership import node_pool
+from gpupool.policy.spec import EvictionSpec
 from gpupool.policy.workload import Workload
 from gpupool.scheduling.backfill import Reservation
 from gpupool.scheduling.cycle_request import Carried, cycle_request
@@ -112,7 +116,9 @@ class LiveScheduler:
         )
         self.volume_informers = VolumeInformers(self.api, self.state.volumes, self._on_volumes)
         self.policies = PolicySource(self.api, self._on_policy)
-        evictor = Evictor(self.api, self.reports, self._still_evicting, self.wake.set)
+        self.budgets = BudgetCache(self.api, self.state.pods, self._on_budget)
+        self.departures = Departures(self.api, self.eviction_terms, self.budgets.of)
+        evictor = Evictor(self.departures, self.reports, self._still_evicting, self.wake.set)
         self.preemptions = Preemptions(evictor, self.reports)
         self.status = StatusWriter(self.api)
         context = PolicyContext(rng=np.random.default_rng(self.config.seed), trace_pods=())
@@ -149,6 +155,17 @@ class LiveScheduler:
     @on_decision.setter
     def on_decision(self, hook: DecisionHook | None) -> None:
         self.verdicts.on_decision = hook
+        self.preemptions.evictor.on_decision = hook
+
+    def eviction_terms(self, pod: PodRecord) -> EvictionSpec:
+        """How ``pod`` is evicted: its node's pool's terms (the defaults where none is known)."""
+        node = self.state.nodes.get(pod.spec.node_name)
+        pool = (
+            node_pool(self.policies.config.pools, node.metadata.labels).pool
+            if node is not None
+            else None
+        )
+        return pool.eviction if pool is not None else EvictionSpec()
 
     def _warn(self, pod: PodRecord, reason: str, message: str) -> None:
         self.reports.event(pod, "Warning", reason, message)
@@ -162,7 +179,9 @@ class LiveScheduler:
         if gone:  # per-pod bookkeeping goes too
             self.intake.seen.discard(uid)
             self.book.forget(uid)
+            self.departures.forget(uid)
         self.preemptions.on_pod(pod, gone=gone)
+        self.budgets.on_pod(pod, gone=gone)
         if self.leading:
             self.wake.set()
 
@@ -185,6 +204,10 @@ class LiveScheduler:
             and victim.metadata.deletion_timestamp is None
             and eviction.preemptor.metadata.uid in self.state.pending
         )
+
+    def _on_budget(self) -> None:
+        if self.leading:
+            self.wake.set()
 
     def _on_claims(self) -> None:
         if self.leading:
@@ -224,6 +247,7 @@ class LiveScheduler:
             self.pods.run(),
             self.nodes.run(),
             self.policies.run(),
+            self.budgets.informer.run(),
             self.reports.run(),
             self.volume_informers.run(),
             *dra,
@@ -348,6 +372,7 @@ class LiveScheduler:
             book.runtimes,
             carried,
             eligibility=eligibility,
+            disruption=self.budgets.budgets(),
         )
 
     def desired_status(self) -> dict[str, Status]:
