@@ -25,6 +25,7 @@ the snapshot is left as it was (only generation counters move).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -108,6 +109,36 @@ class Blocked:
 def delayed_nodes(reservations: Iterable[Reservation], now: float, runtime: float) -> set[int]:
     """Reserved nodes where a pod of expected ``runtime`` started ``now`` would delay the start."""
     return {r.node for r in reservations if now + runtime > r.start_at}
+
+
+def leaves_room(
+    snapshot: ClusterSnapshot,
+    holder: PodSpec,
+    candidate: PodSpec,
+    reservation: Reservation,
+    ends: Mapping[str, float],
+) -> bool:
+    """Whether ``holder`` still fits on its reserved node at its start with ``candidate`` there.
+
+    The pods expected to end by the reserved start are released, ``candidate`` is placed, and
+    the holder's fit is asked; the snapshot is restored. A pod asking only CPU and memory was
+    kept off every reserved node whatever room it left: on four nodes reserved for GPU pods, a
+    pod asking ``cpu: 2`` waited beside 60 idle cores for as long as the reservations held.
+    """
+    node = reservation.node
+    if not fits_on_node(snapshot, candidate, node):
+        return False
+    snapshot.bind(candidate, node, running=True)
+    released: list[Allocation] = []
+    try:
+        for name in list(snapshot.pods_on_node[node]):
+            if ends.get(name, math.inf) <= reservation.start_at:
+                released.append(snapshot.release(name))
+        return fits_on_node(snapshot, holder, node)
+    finally:
+        for allocation in reversed(released):
+            snapshot.bind(allocation.pod, allocation.node, allocation.gpus, running=True)
+        snapshot.release(candidate.name)
 
 
 class Reservations:
@@ -233,6 +264,24 @@ class Reservations:
             for head in heads
             if head.protected and head.workload.name not in holding
         )
+
+    def spared(self, reservations: Iterable[Reservation], pod: PodSpec) -> set[int]:
+        """The nodes of ``reservations`` whose every holder still fits at its start beside ``pod``.
+
+        For a pod that takes no GPU (the engine asks only for those): GPU pods keep the node-wide
+        rule the backfill matrix measured.
+        """
+        if self._ends is None:
+            self._ends = self._expected_ends()
+        ends = {name: max(end, self.request.now) for end, name in self._ends}
+        spared: dict[int, bool] = {}
+        for reservation in reservations:
+            holder = self.pending[reservation.pod].workload.pod
+            ok = spared.get(reservation.node, True)
+            spared[reservation.node] = ok and leaves_room(
+                self.request.snapshot, holder, pod, reservation, ends
+            )
+        return {node for node, ok in spared.items() if ok}
 
     def _find(
         self,
