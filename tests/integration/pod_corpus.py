@@ -31,20 +31,19 @@ def corpus_nodes(prefix: str, selector: dict[str, str]) -> list[FakeGpuNode]:
     CPU and memory are ample beside the GPUs, so what keeps a pod that fits one of them from
     being bound is GPU room, or other pods' CPU on a full node, never a shortage by design.
     """
-    labels = tuple(selector.items())
+
+    def labels(zone: str) -> tuple[tuple[str, str], ...]:
+        return (*selector.items(), (LABEL_ZONE, zone))
+
+    a100 = {"gpu_model": "A100", "gpu_memory_mib": 40960, "cpu": 32, "memory_gib": 256}
     return [
-        FakeGpuNode(f"{prefix}-n0", gpus=8, cpu=64, memory_gib=512, labels=(*labels, (LABEL_ZONE, "a"))),
+        FakeGpuNode(f"{prefix}-n0", gpus=8, cpu=64, memory_gib=512, labels=labels("a")),
+        FakeGpuNode(f"{prefix}-n1", gpus=4, labels=labels("b"), **a100),
         FakeGpuNode(
-            f"{prefix}-n1", gpus=4, gpu_model="A100", gpu_memory_mib=40960, cpu=32,
-            memory_gib=256, labels=(*labels, (LABEL_ZONE, "b")),
+            f"{prefix}-n2", gpus=2, labels=labels("b"), mig=(("1g.10gb", 7), ("3g.40gb", 2)), **a100
         ),
-        FakeGpuNode(
-            f"{prefix}-n2", gpus=2, gpu_model="A100", gpu_memory_mib=40960, cpu=32,
-            memory_gib=256, labels=(*labels, (LABEL_ZONE, "b")),
-            mig=(("1g.10gb", 7), ("3g.40gb", 2)),
-        ),
-        FakeGpuNode(f"{prefix}-n3", gpus=0, cpu=16, memory_gib=64, labels=(*labels, (LABEL_ZONE, "c"))),
-    ]  # fmt: skip
+        FakeGpuNode(f"{prefix}-n3", gpus=0, cpu=16, memory_gib=64, labels=labels("c")),
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +99,6 @@ class Ask:
         return any(self.fits_alone(node) for node in nodes)
 
 
-def _cpu(rng: random.Random, *choices: int) -> int:
-    return rng.choice(choices)
-
-
 def _ask(rng: random.Random) -> Ask:
     """One random request; about one pod in eight can never fit, one in forty is unreadable."""
     roll = rng.random()
@@ -111,14 +106,14 @@ def _ask(rng: random.Random) -> Ask:
     zone = rng.choice(("", "", "", "a", "b"))  # zone c has no GPU: only CPU pods go there
     if roll < 0.30:
         zone = rng.choice(("", "", "a", "b", "c"))
-        return Ask(_cpu(rng, 100, 250, 500, 1000, 2000), memory, zone=zone)
+        return Ask(rng.choice((100, 250, 500, 1000, 2000)), memory, zone=zone)
     models = rng.choice((frozenset(), frozenset(), frozenset({"H100"}), frozenset({"A100"})))
     if roll < 0.52:
         gpus = rng.choice((1, 1, 2, 3, 4, 8))
-        return Ask(_cpu(rng, 500, 1000, 2000), memory, gpus=gpus, models=models, zone=zone)
+        return Ask(rng.choice((500, 1000, 2000)), memory, gpus=gpus, models=models, zone=zone)
     if roll < 0.72:
         return Ask(
-            _cpu(rng, 100, 250, 500),
+            rng.choice((100, 250, 500)),
             memory,
             gpus=rng.choice((1, 1, 1, 2)),
             gpu_memory_mib=rng.choice((2048, 8192, 20000, 40000)),
@@ -128,7 +123,7 @@ def _ask(rng: random.Random) -> Ask:
         )
     if roll < 0.85:
         mig = rng.choice(("1g.10gb", "3g.40gb"))
-        return Ask(_cpu(rng, 100, 500), memory, mig=mig, zone=rng.choice(("", "b")))
+        return Ask(rng.choice((100, 500)), memory, mig=mig, zone=rng.choice(("", "b")))
     if roll < 0.975:
         return rng.choice(
             (
@@ -144,7 +139,14 @@ def _ask(rng: random.Random) -> Ask:
     return Ask(500, memory, gpus=1, cores=150, readable=False)
 
 
-def _manifest(name: str, ask: Ask, selector: dict[str, str], rng: random.Random, **meta: Any) -> Json:
+def _manifest(
+    name: str,
+    ask: Ask,
+    selector: dict[str, str],
+    rng: random.Random,
+    priority_class: str,
+    labels: dict[str, str],
+) -> Json:
     limits: dict[str, str] = {}
     if ask.gpus:
         limits["gpupool.io/gpu"] = str(ask.gpus)
@@ -171,13 +173,16 @@ def _manifest(name: str, ask: Ask, selector: dict[str, str], rng: random.Random,
             }
         ],
     }
-    if meta.get("priority_class"):
-        spec["priorityClassName"] = meta["priority_class"]
-    labels = {key: value for key, value in meta.get("labels", {}).items() if value}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "metadata": {
+            "name": name,
+            "labels": {key: value for key, value in labels.items() if value},
+            "annotations": annotations,
+        },
         "spec": spec,
     }
 

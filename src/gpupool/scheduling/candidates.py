@@ -71,10 +71,11 @@ def could_hold(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray:
         return fits & (snapshot.mig_capacity[:, column] >= 1)
     if kind is RequestKind.NONE:
         return fits
-    gpus = (
+    gpus: BoolArray = (
         snapshot.gpu_exists
         & (snapshot.gpu_milli_capacity >= pod.gpu_milli)
         & (snapshot.gpu_memory_capacity >= pod.gpu_memory_mib)
         & (snapshot.gpu_pods_capacity >= 1)
     )
-    return fits & (gpus.sum(axis=1) >= pod.gpu_count)
+    enough: BoolArray = gpus.sum(axis=1) >= pod.gpu_count
+    return fits & enough

@@ -20,8 +20,9 @@ for it.
 
 Work per cycle is bounded so that a deep queue cannot stall it: a pod whose request is no smaller
 than one that already failed in the pool this cycle is not placed again (nothing was freed in
-between; it waits with that pod's rejection, which holds for it too), at most ``backfill_depth`` pods are examined behind a blocked head per pool, and at
-most ``max_preemptions`` victim searches are made per cycle, one per queue and pool.
+between; it waits with that pod's rejection, which holds for it too), at most
+``backfill_depth`` pods are examined behind a blocked head per pool, and at most
+``max_preemptions`` victim searches are made per cycle, one per queue and pool.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy as np
 
 from gpupool.core.decisions import Bind, Reject
 from gpupool.core.filtering import NodeCheck, admissible, filter_nodes, mask_of
-from gpupool.core.model import PodSpec, RequestKind
+from gpupool.core.model import RequestKind
 from gpupool.policy.quota import Ledger, hold_reason
 from gpupool.policy.units import milli_units
 from gpupool.policy.workload import Workload
@@ -303,7 +304,9 @@ class Cycle:
                 return self._nominate(attempt, choice)
             if heads is not None:  # blocked as surely as if it had been tried
                 self._block(pool, attempt)
-            message = f"{failed.message.rstrip('.')} (found for {failed.pod.name}, which asks no more)."
+            message = (
+                f"{failed.message.rstrip('.')} (found for {failed.pod.name}, which asks no more)."
+            )
             return Reject(pod=pod, message=message, reasons=failed.reasons)
         return ""
 
