@@ -93,8 +93,7 @@ class Cycle:
         self.examined: dict[int, int] = {}
         self.failed: dict[int, list[Reject]] = {}
         """Per pool, the rejections of this cycle's pods that failed by size."""
-        self._never_by_shape: dict[tuple[object, ...], bool] = {}
-        """Per pool and request shape: whether no node could ever hold it (one pass each)."""
+        self._never_by_shape = engine.never_fits_memo(request.snapshot)
         self.victims = VictimSearch(engine.options, request, self.tables)
         self.items = [
             (workload, self.tables.queue_of(workload.namespace, workload.queue))
