@@ -30,7 +30,6 @@ from gpupool.scheduling.cycle import Cycle
 from gpupool.scheduling.decisions import CycleRequest, CycleResult, EngineOptions
 from gpupool.scheduling.runtime import RuntimeEstimator
 
-
 MAX_NEVER_FITS_KEPT = 8192
 """Shapes whose never-fits verdict an engine keeps for its snapshot."""
 
