@@ -133,7 +133,7 @@ def _ask(rng: random.Random) -> Ask:
                 Ask(1000, memory, gpus=1, models=frozenset({"B200"})),  # a model no node has
                 Ask(500, memory, zone="nowhere"),  # a selector no node matches
                 Ask(500, memory, mig="7g.80gb"),  # a MIG profile no node offers
-                Ask(rng.choice((20_000, 40_000)), memory, gpus=4, models=frozenset({"A100"})),
+                Ask(40_000, memory, gpus=4, models=frozenset({"A100"})),  # CPU of no A100 node
             )
         )
     return Ask(500, memory, gpus=1, cores=150, readable=False)
