@@ -6,9 +6,11 @@ ended when expected (declared or learned runtimes, :mod:`.runtime`; a pod past i
 assumed to end now, or, with the engine's ``remaining_by_age``, to run for what pods of its kind
 that lived as long ran on). A later pod may then start only where it cannot delay any of the pool's
 reservations: on a node none of them holds, or on a reserved node if it is expected to end before
-that reserved start. ``k = 1`` is EASY backfill. Without backfill, nothing behind a blocked pod of
-the pool starts (strict order); with unrestricted skipping, large pods could wait forever behind a
-stream of small ones. With one reservation, only the first blocked pod keeps its place: the large
+that reserved start; a pod that takes no GPU also where the holder would still fit at its
+start beside it (:func:`leaves_room`: CPU, memory and a pod slot are all it could take).
+``k = 1`` is EASY backfill. Without backfill, nothing behind a blocked pod of the pool starts
+(strict order); with unrestricted skipping, large pods could wait forever behind a stream of
+small ones. With one reservation, only the first blocked pod keeps its place: the large
 pods queued behind it are overtaken by a stream of smaller ones whenever the head's node is not
 theirs (measured: docs/benchmarks.md, the dynamic simulation). The engine's default therefore
 protects up to 16 pods above one GPU per pool, with reservations that follow their pods, ends
