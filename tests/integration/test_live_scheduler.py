@@ -20,10 +20,16 @@ from .live_helpers import (
 
 
 async def _settled(api: KubeAPI, namespace: str, expected: int) -> bool:
-    """Every pod is bound, or pending with a reason the scheduler wrote."""
+    """Every pod is bound, or pending with a verdict of its own the scheduler wrote.
+
+    Not only "waiting behind" another: a pod past a cycle's backfill depth is told that at
+    once and decided in a later cycle.
+    """
     pods = await list_pods(api, namespace)
     return len(pods) == expected and all(
-        p["spec"].get("nodeName") or pending_reason(p) for p in pods
+        p["spec"].get("nodeName")
+        or (pending_reason(p) and not pending_reason(p).startswith("waiting behind "))
+        for p in pods
     )
 
 

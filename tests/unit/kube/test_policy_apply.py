@@ -125,7 +125,7 @@ async def test_a_budget_refusing_the_eviction_becomes_the_preemptors_reason() ->
 
 def test_only_waits_behind_other_pods_are_retried_at_once() -> None:
     assert ordering_wait("waiting behind big in pool default")
-    assert ordering_wait("no room in pool default for a pod of this size this cycle")
+    assert ordering_wait("waiting behind big in pool default (backfill depth reached)")
     # its own verdict: parked with the reason, not retried alone where nothing is reserved
     assert not ordering_wait("backfill: would delay big, reserved on node n0 from t=5s")
     assert not ordering_wait("queue q: ceiling 1 GPU units reached in pool x")
