@@ -1,0 +1,62 @@
+"""Topology domains: which nodes share a value of a label, as one integer id per node.
+
+Inter-pod affinity and topology spread both ask "which pods run in this node's domain", where
+a domain is the set of nodes with the same value of a label (``kubernetes.io/hostname``,
+``topology.kubernetes.io/zone``). Turning a label into an id array once per node inventory makes
+every such question a numpy gather instead of a walk over label dictionaries; the ids are cached
+per inventory (a snapshot's copies share its ``nodes``), since preemption asks per node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+
+import numpy as np
+
+from gpupool.core.snapshot import BoolArray, ClusterSnapshot, IntArray
+
+MISSING = -1
+"""The domain id of a node without the label: it is in no domain of that key."""
+_CACHED_INVENTORIES = 8
+
+_cache: dict[int, tuple[object, dict[str, tuple[IntArray, int]]]] = {}
+
+
+def domains(snapshot: ClusterSnapshot, key: str) -> tuple[IntArray, int]:
+    """Per node, the id of its value of label ``key`` (:data:`MISSING` without), and the count.
+
+    The ids are ``0..count-1``, one per distinct value, so a per-domain table is an array of
+    ``count`` entries indexed by a node's id.
+    """
+    nodes = snapshot.nodes
+    entry = _cache.get(id(nodes))
+    if entry is None or entry[0] is not nodes:  # the inventory is kept, so its id is not reused
+        if len(_cache) >= _CACHED_INVENTORIES:
+            _cache.pop(next(iter(_cache)))
+        entry = (nodes, {})
+        _cache[id(nodes)] = entry
+    by_key = entry[1]
+    found = by_key.get(key)
+    if found is None:
+        ids: dict[str, int] = {}
+        values = [dict(node.labels).get(key) for node in nodes]
+        row = [MISSING if v is None else ids.setdefault(v, len(ids)) for v in values]
+        array = np.array(row, dtype=np.int64)
+        array.setflags(write=False)
+        found = (array, len(ids))
+        by_key[key] = found
+    return found
+
+
+def in_domains(ids: IntArray, marked: BoolArray) -> BoolArray:
+    """Per node: is its domain one of those ``marked`` (a per-domain bool array)? No if none."""
+    if not len(marked):
+        return np.zeros(len(ids), dtype=np.bool_)
+    return (ids != MISSING) & marked[np.maximum(ids, 0)]
+
+
+@lru_cache(maxsize=4096)
+def label_map(labels: tuple[tuple[str, str], ...]) -> Mapping[str, str]:
+    """A pod's label pairs as a mapping (cached: the same pods are matched again and again)."""
+    return dict(labels)
