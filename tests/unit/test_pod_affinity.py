@@ -7,6 +7,7 @@ plain per-node reading of kube's rules.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gpupool.core.constraints import NodeConstraints, Requirement, Taint, Toleration
@@ -19,6 +20,7 @@ from gpupool.core.pod_affinity import (
     REASON_ANTI_AFFINITY,
     REASON_EXISTING_ANTI_AFFINITY,
 )
+from gpupool.core.pod_relative import failed_for_neighbours
 from gpupool.core.pod_terms import (
     SCHEDULE_ANYWAY,
     AffinityTerm,
@@ -28,7 +30,9 @@ from gpupool.core.pod_terms import (
 )
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.core.topology_spread import REASON_SPREAD, REASON_SPREAD_LABEL
+from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.policies.bestfit import BestFitPolicy
+from gpupool.scheduling.preemption import Rule, choose_victims
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -85,7 +89,8 @@ def test_three_anti_affine_replicas_on_two_nodes_land_one_per_node_and_the_third
     snapshot = ClusterSnapshot([node("a"), node("b")])
     terms = PodTerms(anti_affinity=(term(),))
     landed = place(snapshot, [pod(f"r{i}", terms=terms) for i in range(3)])
-    assert sorted(filter(None, landed)) == ["a", "b"] and landed[2] is None
+    assert sorted(filter(None, landed)) == ["a", "b"]
+    assert landed[2] is None
     decision = Scheduler(BestFitPolicy()).schedule(snapshot, pod("r3", terms=terms))
     assert isinstance(decision, Reject)
     assert decision.message == f"0/2 nodes are available: 2 {REASON_ANTI_AFFINITY}."
@@ -145,9 +150,11 @@ def test_min_domains_counts_missing_domains_as_empty_so_pods_wait_for_new_ones()
     snapshot = ClusterSnapshot([node("a"), node("b")])
     terms = spread(min_domains=3)
     landed = place(snapshot, [pod(f"r{i}", terms=terms) for i in range(3)])
-    assert sorted(filter(None, landed)) == ["a", "b"] and landed[2] is None
+    assert sorted(filter(None, landed)) == ["a", "b"]
+    assert landed[2] is None
     decision = Scheduler(BestFitPolicy()).schedule(snapshot, pod("r3", terms=terms))
-    assert isinstance(decision, Reject) and REASON_SPREAD in decision.message
+    assert isinstance(decision, Reject)
+    assert REASON_SPREAD in decision.message
 
 
 def test_a_node_without_the_spread_key_is_refused_with_the_missing_label_reason() -> None:
@@ -210,7 +217,10 @@ def test_fits_on_node_sees_a_removal_that_clears_the_anti_affinity() -> None:
         (lambda: SpreadConstraint(1, HOST, when_unsatisfiable="Maybe"), "whenUnsatisfiable"),
         (lambda: SpreadConstraint(1, HOST, min_domains=0), "minDomains"),
         (lambda: SpreadConstraint(1, HOST, node_taints_policy="x"), "nodeTaintsPolicy"),
-        (lambda: LabelSelector(match_expressions=(Requirement("a", "Gt", ("1",)),)), "matchExpressions"),
+        (
+            lambda: LabelSelector(match_expressions=(Requirement("a", "Gt", ("1",)),)),
+            "matchExpressions",
+        ),
         (lambda: PodSpec("p", 0, 0, labels=(("b", "1"), ("a", "1"))), "labels"),
     ],
 )
@@ -222,3 +232,58 @@ def test_invalid_terms_are_refused_naming_the_field(build: object, field: str) -
 
 def test_empty_terms_are_stored_as_none_so_the_common_pod_stays_cheap() -> None:
     assert pod("p", terms=PodTerms()).terms is None
+
+
+def _running(spec: PodSpec, node_row: int, started_at: float) -> Running:
+    return Running(
+        Workload(pod=spec), queue=0, pool=0, units=1000, node=node_row, started_at=started_at
+    )
+
+
+def _victims(snapshot: ClusterSnapshot, preemptor: PodSpec, candidates: list[Running]) -> object:
+    choice = choose_victims(
+        snapshot,
+        preemptor,
+        candidates,
+        np.ones(snapshot.size, dtype=np.bool_),
+        100.0,
+        Rule.PRIORITY,
+    )
+    return None if choice is None else (snapshot.node_names[choice.node], choice.victims)
+
+
+def test_preemption_evicts_the_pod_whose_removal_satisfies_the_anti_affinity() -> None:
+    snapshot = ClusterSnapshot([node("a")])
+    db, web = pod("db", label="db"), pod("web")
+    snapshot.bind(db, 0, (0,))
+    snapshot.bind(web, 0, (1,))
+    preemptor = pod("new", label="api", terms=PodTerms(anti_affinity=(term(),)))
+    # db is the cheaper victim (younger), but only web's removal lets the preemptor in
+    candidates = [_running(db, 0, started_at=90.0), _running(web, 0, started_at=0.0)]
+    assert _victims(snapshot, preemptor, candidates) == ("a", ("web",))
+    assert set(snapshot.allocations) == {"db", "web"}  # the what-ifs left it as it was
+
+
+def test_preemption_refuses_victims_that_leave_the_anti_affinity_violated() -> None:
+    snapshot = ClusterSnapshot([node("a1", "z1"), node("a2", "z1")])
+    db, web = pod("db", label="db"), pod("web")
+    snapshot.bind(db, 0, (0,))
+    snapshot.bind(web, 1, (0,))  # not a candidate: stays in the zone
+    preemptor = pod("new", label="api", terms=PodTerms(anti_affinity=(term(ZONE),)))
+    assert _victims(snapshot, preemptor, [_running(db, 0, started_at=0.0)]) is None
+
+
+def test_a_rejection_for_neighbours_does_not_skip_other_pods_of_the_same_size() -> None:
+    """The engine skips pods no smaller than one that failed, unless a pod rule failed it."""
+    snapshot = ClusterSnapshot([node("a")])
+    snapshot.bind(
+        pod("guard", label="db", terms=PodTerms(anti_affinity=(term(value="web"),))), 0, (0,)
+    )
+    blocked = Scheduler(BestFitPolicy()).schedule(snapshot, pod("web-1"))
+    assert isinstance(blocked, Reject)
+    assert failed_for_neighbours(blocked.reasons)
+    full = ClusterSnapshot([node("a")])
+    full.bind(PodSpec("hog", cpu_milli=32000, memory_mib=0), 0)
+    by_room = Scheduler(BestFitPolicy()).schedule(full, pod("web-1"))
+    assert isinstance(by_room, Reject)
+    assert not failed_for_neighbours(by_room.reasons)

@@ -128,6 +128,8 @@ class PodSpec:
         namespace: The pod's namespace, which other pods' affinity terms and spread
             constraints match against (empty in the simulator).
         labels: The pod's labels as sorted ``(key, value)`` pairs, for the same matching.
+            Neither takes part in equality: they say who the pod is (as its name does), not
+            what it asks for, so equal requests still compare and hash as cheaply as before.
         terms: Inter-pod (anti-)affinity and topology spread (:mod:`gpupool.core.pod_terms`);
             ``None`` when the pod has none (stored so when empty, like ``constraints``).
     """
@@ -142,8 +144,8 @@ class PodSpec:
     mig_profile: str = ""
     workload_class: str = ""
     constraints: NodeConstraints | None = None
-    namespace: str = ""
-    labels: tuple[tuple[str, str], ...] = ()
+    namespace: str = field(default="", compare=False)
+    labels: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     terms: PodTerms | None = None
     _kind: RequestKind = field(default=RequestKind.NONE, init=False, repr=False, compare=False)
 

@@ -33,14 +33,15 @@ HARD_AFFINITY_WEIGHT = 1
 (kube-scheduler's ``hardPodAffinityWeight`` default)."""
 
 
-def affinity_checks(
-    snapshot: ClusterSnapshot, pod: PodSpec
-) -> tuple[tuple[str, BoolArray], ...]:
+def affinity_checks(snapshot: ClusterSnapshot, pod: PodSpec) -> tuple[tuple[str, BoolArray], ...]:
     """The failing InterPodAffinity checks for ``pod`` (none when every node passes)."""
     terms = pod.terms
     masks: list[tuple[str, BoolArray | None]] = [
         (REASON_AFFINITY, _affinity(snapshot, pod, terms.affinity) if terms else None),
-        (REASON_ANTI_AFFINITY, _anti_affinity(snapshot, pod, terms.anti_affinity) if terms else None),
+        (
+            REASON_ANTI_AFFINITY,
+            _anti_affinity(snapshot, pod, terms.anti_affinity) if terms else None,
+        ),
         (REASON_EXISTING_ANTI_AFFINITY, _existing_anti_affinity(snapshot, pod)),
     ]
     checks = []

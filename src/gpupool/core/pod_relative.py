@@ -12,11 +12,33 @@ from __future__ import annotations
 import numpy as np
 
 from gpupool.core.model import PodSpec
-from gpupool.core.pod_affinity import affinity_checks, affinity_score
+from gpupool.core.pod_affinity import (
+    REASON_AFFINITY,
+    REASON_ANTI_AFFINITY,
+    REASON_EXISTING_ANTI_AFFINITY,
+    affinity_checks,
+    affinity_score,
+)
 from gpupool.core.pod_affinity import required_keys_mask as affinity_keys
 from gpupool.core.snapshot import BoolArray, ClusterSnapshot, IntArray
-from gpupool.core.topology_spread import MAX_NODE_SCORE, spread_checks, spread_score
+from gpupool.core.topology_spread import (
+    MAX_NODE_SCORE,
+    REASON_SPREAD,
+    REASON_SPREAD_LABEL,
+    spread_checks,
+    spread_score,
+)
 from gpupool.core.topology_spread import required_keys_mask as spread_keys
+
+POD_RELATIVE_REASONS = frozenset(
+    {
+        REASON_AFFINITY,
+        REASON_ANTI_AFFINITY,
+        REASON_EXISTING_ANTI_AFFINITY,
+        REASON_SPREAD,
+        REASON_SPREAD_LABEL,
+    }
+)
 
 
 def concerned(snapshot: ClusterSnapshot, pod: PodSpec) -> bool:
@@ -36,6 +58,17 @@ def fits_neighbours(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bool:
     return all(passed[node] for _, passed in pod_checks(snapshot, pod))
 
 
+def failed_for_neighbours(reasons: tuple[tuple[str, int], ...]) -> bool:
+    """Whether a rejection counted a node against a pod-relative rule.
+
+    Such a failure says nothing of another pod of the same size: its labels, namespace and
+    terms decide whether the same neighbours keep it out, so the engine must not skip pods
+    "of the failed shape" behind it. A failure by room alone still speaks for every pod at
+    least as large, whatever their terms (terms only remove nodes).
+    """
+    return any(reason in POD_RELATIVE_REASONS for reason, _ in reasons)
+
+
 def static_mask(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray | None:
     """Nodes no removal of pods can make pass: those without a required topology key.
 
@@ -47,7 +80,8 @@ def static_mask(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray | None:
     masks = [m for m in (affinity_keys(snapshot, pod), spread_keys(snapshot, pod)) if m is not None]
     if not masks:
         return None
-    return np.logical_and.reduce(masks)
+    mask: BoolArray = np.logical_and.reduce(masks)
+    return mask
 
 
 def prefer(snapshot: ClusterSnapshot, pod: PodSpec, tied: IntArray) -> IntArray:
@@ -65,4 +99,5 @@ def prefer(snapshot: ClusterSnapshot, pod: PodSpec, tied: IntArray) -> IntArray:
     low, high = raw.min(), raw.max()
     total = np.floor(MAX_NODE_SCORE * (raw - low) / (high - low)) if high > low else raw * 0
     total += spread_score(snapshot, pod, tied)
-    return tied[total == total.max()]
+    best: IntArray = tied[total == total.max()]
+    return best

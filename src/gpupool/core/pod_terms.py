@@ -152,7 +152,9 @@ class SpreadConstraint:
             )
         for name in ("node_affinity_policy", "node_taints_policy"):
             if getattr(self, name) not in (HONOR, IGNORE):
-                camel = "nodeAffinityPolicy" if name == "node_affinity_policy" else "nodeTaintsPolicy"
+                camel = (
+                    "nodeAffinityPolicy" if name == "node_affinity_policy" else "nodeTaintsPolicy"
+                )
                 raise InvalidSpecError(owner, camel, f"must be {HONOR} or {IGNORE}")
 
     @property

@@ -53,7 +53,8 @@ def in_domains(ids: IntArray, marked: BoolArray) -> BoolArray:
     """Per node: is its domain one of those ``marked`` (a per-domain bool array)? No if none."""
     if not len(marked):
         return np.zeros(len(ids), dtype=np.bool_)
-    return (ids != MISSING) & marked[np.maximum(ids, 0)]
+    inside: BoolArray = (ids != MISSING) & marked[np.maximum(ids, 0)]
+    return inside
 
 
 @lru_cache(maxsize=4096)

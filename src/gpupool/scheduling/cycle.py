@@ -29,6 +29,7 @@ import numpy as np
 from gpupool.core.decisions import Bind, Reject
 from gpupool.core.filtering import NodeCheck
 from gpupool.core.model import PodSpec
+from gpupool.core.pod_relative import failed_for_neighbours
 from gpupool.policy.quota import Ledger, hold_reason
 from gpupool.policy.units import milli_units
 from gpupool.policy.workload import Workload
@@ -245,7 +246,11 @@ class Cycle:
         workload, pool = attempt.workload, attempt.pool
         failed = self.failed.setdefault(pool, [])
         eligibility = self.request.eligibility.get(workload.name)
-        if len(failed) < FAILED_SHAPES_KEPT and fails_by_size(eligibility, self.snapshot):
+        if (
+            len(failed) < FAILED_SHAPES_KEPT
+            and fails_by_size(eligibility, self.snapshot)
+            and not failed_for_neighbours(decision.reasons)
+        ):
             failed.append(workload.pod)
         if workload.name in self.nominations:
             node = self.snapshot.node_names[self.nominations[workload.name]]
