@@ -57,6 +57,13 @@ def in_domains(ids: IntArray, marked: BoolArray) -> BoolArray:
     return inside
 
 
+def per_node(ids: IntArray, table: IntArray) -> IntArray:
+    """Per node, its domain's entry of a per-domain ``table`` (0 for a node in no domain)."""
+    padded = np.append(table, 0)  # MISSING (-1) reads the appended 0
+    values: IntArray = padded[ids]
+    return values
+
+
 @lru_cache(maxsize=4096)
 def label_map(labels: tuple[tuple[str, str], ...]) -> Mapping[str, str]:
     """A pod's label pairs as a mapping (cached: the same pods are matched again and again)."""

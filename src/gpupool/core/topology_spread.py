@@ -25,7 +25,7 @@ from gpupool.core.constraints import NO_CONSTRAINTS
 from gpupool.core.model import PodSpec
 from gpupool.core.pod_terms import HONOR, SpreadConstraint, selects
 from gpupool.core.snapshot import BoolArray, ClusterSnapshot, IntArray
-from gpupool.core.topology import MISSING, domains, label_map
+from gpupool.core.topology import MISSING, domains, label_map, per_node
 
 REASON_SPREAD = "node(s) didn't match pod topology spread constraints"
 REASON_SPREAD_LABEL = f"{REASON_SPREAD} (missing required label)"
@@ -89,8 +89,10 @@ def spread_checks(snapshot: ClusterSnapshot, pod: PodSpec) -> tuple[tuple[str, B
     if not hard:
         return ()
     has_keys = _keys_mask(snapshot, hard)
-    skew_ok = np.ones(snapshot.size, dtype=np.bool_)
     labels = label_map(pod.labels)
+    # kube stops at a node's first failing constraint: its key missing, or then its skew
+    no_label = np.zeros(snapshot.size, dtype=np.bool_)
+    too_skewed = np.zeros(snapshot.size, dtype=np.bool_)
     for constraint in hard:
         included = _included(snapshot, pod, constraint)
         eligible = has_keys if included is None else has_keys & included
@@ -99,14 +101,15 @@ def spread_checks(snapshot: ClusterSnapshot, pod: PodSpec) -> tuple[tuple[str, B
         minimum = 0 if n_domains < constraint.min_domains else int(counts[present].min())
         ids, _ = domains(snapshot, constraint.topology_key)
         own = int(selects(constraint.selector, labels))
-        skew = counts[np.maximum(ids, 0)] + own - minimum
-        skew_ok &= (ids == MISSING) | (skew <= constraint.max_skew)
+        undecided = ~(no_label | too_skewed)
+        no_label |= undecided & (ids == MISSING)
+        skew = per_node(ids, counts) + own - minimum
+        too_skewed |= undecided & (ids != MISSING) & (skew > constraint.max_skew)
     checks = []
-    if not has_keys.all():
-        checks.append((REASON_SPREAD_LABEL, has_keys))
-    passed = skew_ok | ~has_keys
-    if not passed.all():
-        checks.append((REASON_SPREAD, passed))
+    if no_label.any():
+        checks.append((REASON_SPREAD_LABEL, ~no_label))
+    if too_skewed.any():
+        checks.append((REASON_SPREAD, ~too_skewed))
     return tuple(checks)
 
 
@@ -133,7 +136,7 @@ def spread_score(snapshot: ClusterSnapshot, pod: PodSpec, rows: IntArray) -> Flo
         counts, _ = _counts(snapshot, pod, constraint, eligible)
         ids, _ = domains(snapshot, constraint.topology_key)
         weight = math.log(len(set(ids[rows[has_keys[rows]]].tolist())) + 2)
-        raw += counts[np.maximum(ids[rows], 0)] * weight + (constraint.max_skew - 1)
+        raw += per_node(ids[rows], counts) * weight + (constraint.max_skew - 1)
     raw = np.round(raw)
     valid = has_keys[rows]
     if not valid.any():
