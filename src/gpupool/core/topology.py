@@ -9,25 +9,28 @@ per inventory (a snapshot's copies share its ``nodes``), since preemption asks p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from functools import lru_cache
+from typing import Any, TypeVar
 
 import numpy as np
 
 from gpupool.core.snapshot import BoolArray, ClusterSnapshot, IntArray
 
+T = TypeVar("T")
 MISSING = -1
 """The domain id of a node without the label: it is in no domain of that key."""
 _CACHED_INVENTORIES = 8
+_ENTRIES_PER_INVENTORY = 1024
+"""Bounds on what is remembered: a stream of pods with unique constraints cannot grow it."""
 
-_cache: dict[int, tuple[object, dict[str, tuple[IntArray, int]]]] = {}
+_cache: dict[int, tuple[object, dict[Hashable, Any]]] = {}
 
 
-def domains(snapshot: ClusterSnapshot, key: str) -> tuple[IntArray, int]:
-    """Per node, the id of its value of label ``key`` (:data:`MISSING` without), and the count.
+def remembered(snapshot: ClusterSnapshot, key: Hashable, compute: Callable[[], T]) -> T:
+    """``compute()``, once per node inventory and ``key`` (copies of a snapshot share both).
 
-    The ids are ``0..count-1``, one per distinct value, so a per-domain table is an array of
-    ``count`` entries indexed by a node's id.
+    Only for values that depend on the nodes alone (labels, taints), never on what runs.
     """
     nodes = snapshot.nodes
     entry = _cache.get(id(nodes))
@@ -36,17 +39,31 @@ def domains(snapshot: ClusterSnapshot, key: str) -> tuple[IntArray, int]:
             _cache.pop(next(iter(_cache)))
         entry = (nodes, {})
         _cache[id(nodes)] = entry
-    by_key = entry[1]
-    found = by_key.get(key)
-    if found is None:
+    memo = entry[1]
+    if key not in memo:
+        if len(memo) >= _ENTRIES_PER_INVENTORY:
+            memo.pop(next(iter(memo)))  # the oldest: dicts keep insertion order
+        memo[key] = compute()
+    found: T = memo[key]
+    return found
+
+
+def domains(snapshot: ClusterSnapshot, key: str) -> tuple[IntArray, int]:
+    """Per node, the id of its value of label ``key`` (:data:`MISSING` without), and the count.
+
+    The ids are ``0..count-1``, one per distinct value, so a per-domain table is an array of
+    ``count`` entries indexed by a node's id.
+    """
+
+    def compute() -> tuple[IntArray, int]:
         ids: dict[str, int] = {}
-        values = [dict(node.labels).get(key) for node in nodes]
+        values = [dict(node.labels).get(key) for node in snapshot.nodes]
         row = [MISSING if v is None else ids.setdefault(v, len(ids)) for v in values]
         array = np.array(row, dtype=np.int64)
         array.setflags(write=False)
-        found = (array, len(ids))
-        by_key[key] = found
-    return found
+        return array, len(ids)
+
+    return remembered(snapshot, ("domains", key), compute)
 
 
 def in_domains(ids: IntArray, marked: BoolArray) -> BoolArray:

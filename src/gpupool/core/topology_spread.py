@@ -25,7 +25,7 @@ from gpupool.core.constraints import NO_CONSTRAINTS
 from gpupool.core.model import PodSpec
 from gpupool.core.pod_terms import HONOR, SpreadConstraint, selects
 from gpupool.core.snapshot import BoolArray, ClusterSnapshot, IntArray
-from gpupool.core.topology import MISSING, domains, label_map, per_node
+from gpupool.core.topology import MISSING, domains, label_map, per_node, remembered
 
 REASON_SPREAD = "node(s) didn't match pod topology spread constraints"
 REASON_SPREAD_LABEL = f"{REASON_SPREAD} (missing required label)"
@@ -44,20 +44,30 @@ def _keys_mask(snapshot: ClusterSnapshot, constraints: list[SpreadConstraint]) -
 def _included(
     snapshot: ClusterSnapshot, pod: PodSpec, constraint: SpreadConstraint
 ) -> BoolArray | None:
-    """The nodes the constraint's inclusion policies keep (None: all of them)."""
+    """The nodes the constraint's inclusion policies keep (None: all of them).
+
+    Remembered per node inventory, as :func:`~gpupool.core.filtering.node_checks` are.
+    """
     rules = pod.constraints or NO_CONSTRAINTS
     honour_affinity = constraint.node_affinity_policy == HONOR and pod.constraints is not None
     honour_taints = constraint.node_taints_policy == HONOR
     if not honour_affinity and not honour_taints:
         return None
-    return np.array(
-        [
-            (not honour_affinity or rules.selects(dict(node.labels), node.name))
-            and (not honour_taints or rules.tolerates(node.taints))
-            for node in snapshot.nodes
-        ],
-        dtype=np.bool_,
-    )
+
+    def compute() -> BoolArray:
+        mask = np.array(
+            [
+                (not honour_affinity or rules.selects(dict(node.labels), node.name))
+                and (not honour_taints or rules.tolerates(node.taints))
+                for node in snapshot.nodes
+            ],
+            dtype=np.bool_,
+        )
+        mask.setflags(write=False)
+        return mask
+
+    key = ("included", pod.constraints, honour_affinity, honour_taints)
+    return remembered(snapshot, key, compute)
 
 
 def _counts(
