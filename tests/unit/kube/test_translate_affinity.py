@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 
 from gpupool.core.constraints import Requirement
+from gpupool.core.filtering import filter_nodes
+from gpupool.core.pod_affinity import REASON_ANTI_AFFINITY
 from gpupool.core.pod_terms import HONOR, IGNORE, LabelSelector
 from gpupool.kube.objects.translate import InvalidObjectError, pod_spec
 
-from .builders import decode_pod, pod_dict
+from .builders import decode_pod, make_state, node, pod_dict
 
 HOST = "kubernetes.io/hostname"
 ANTI = "spec.affinity.podAntiAffinity"
@@ -146,3 +148,17 @@ def test_a_refused_pod_rule_is_named_by_its_path(
     with pytest.raises(InvalidObjectError) as error:
         pod_spec(_pod(affinity, spread))
     assert error.value.field == field
+
+
+def test_a_bound_pod_whose_request_cannot_be_read_still_counts_for_anti_affinity() -> None:
+    """Its labels stay on the snapshot, so a newcomer's anti-affinity still sees it."""
+    unreadable = pod_dict(
+        "old", gpus=1, cores=150, node="n0", phase="Running", labels={"app": "web"}
+    )
+    state = make_state(node("n0"), node("n1"), pods=(decode_pod(unreadable),))
+    assert state.snapshot is not None
+    newcomer = pod_dict("new", gpus=1)
+    newcomer["spec"]["affinity"] = {"podAntiAffinity": {REQUIRED: [_term(namespaces=["default"])]}}
+    result = filter_nodes(state.snapshot, state.spec_of(decode_pod(newcomer)))
+    assert result.mask.tolist() == [False, True]
+    assert dict(result.reasons()) == {REASON_ANTI_AFFINITY: 1}
