@@ -9,6 +9,8 @@ common path costs one attribute test.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from gpupool.core.model import PodSpec
@@ -67,6 +69,19 @@ def failed_for_neighbours(reasons: tuple[tuple[str, int], ...]) -> bool:
     least as large, whatever their terms (terms only remove nodes).
     """
     return any(reason in POD_RELATIVE_REASONS for reason, _ in reasons)
+
+
+def relabel(snapshot: ClusterSnapshot, name: str, labels: tuple[tuple[str, str], ...]) -> None:
+    """Give a bound pod new labels where it runs (nothing else about it changes).
+
+    Labels of a running pod may be edited; kube-scheduler matches other pods' affinity terms
+    and spread selectors against the current ones, and so must the snapshot.
+    """
+    held = snapshot.allocations[name]
+    if held.pod.labels == labels:
+        return
+    snapshot.release(name)
+    snapshot.bind(replace(held.pod, labels=labels), held.node, held.gpus, running=True)
 
 
 def static_mask(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray | None:

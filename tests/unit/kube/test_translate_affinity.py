@@ -162,3 +162,18 @@ def test_a_bound_pod_whose_request_cannot_be_read_still_counts_for_anti_affinity
     result = filter_nodes(state.snapshot, state.spec_of(decode_pod(newcomer)))
     assert result.mask.tolist() == [False, True]
     assert dict(result.reasons()) == {REASON_ANTI_AFFINITY: 1}
+
+
+def test_relabelling_a_running_pod_changes_whom_anti_affinity_keeps_away() -> None:
+    running = pod_dict("old", gpus=1, node="n0", phase="Running", labels={"app": "db"})
+    state = make_state(node("n0"), node("n1"), pods=(decode_pod(running),))
+    assert state.snapshot is not None
+    newcomer = pod_dict("new", gpus=1)
+    newcomer["spec"]["affinity"] = {"podAntiAffinity": {REQUIRED: [_term(namespaces=["default"])]}}
+    spec = state.spec_of(decode_pod(newcomer))
+    assert filter_nodes(state.snapshot, spec).mask.tolist() == [True, True]
+    running["metadata"]["labels"] = {"app": "web"}
+    running["metadata"]["resourceVersion"] = "2"
+    state.on_pod("MODIFIED", decode_pod(running))
+    state.sync()
+    assert filter_nodes(state.snapshot, spec).mask.tolist() == [False, True]
