@@ -21,9 +21,17 @@ from __future__ import annotations
 import numpy as np
 
 from gpupool.core.model import PodSpec
-from gpupool.core.pod_terms import AffinityTerm
+from gpupool.core.pod_terms import AffinityTerm, Labels
 from gpupool.core.snapshot import BoolArray, ClusterSnapshot, IntArray
-from gpupool.core.topology import MISSING, domains, in_domains, label_map
+from gpupool.core.topology import (
+    MISSING,
+    domains,
+    domains_of,
+    in_domains,
+    label_map,
+    per_node,
+    pod_groups,
+)
 
 REASON_AFFINITY = "node(s) didn't match pod affinity rules"
 REASON_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
@@ -56,9 +64,9 @@ def affinity_checks(snapshot: ClusterSnapshot, pod: PodSpec) -> tuple[tuple[str,
     return tuple(checks)
 
 
-def _matches_all(terms: tuple[AffinityTerm, ...], other: PodSpec) -> bool:
-    labels = label_map(other.labels)
-    return all(term.matches(other.namespace, labels) for term in terms)
+def _matches_all(terms: tuple[AffinityTerm, ...], namespace: str, labels: Labels) -> bool:
+    mapping = label_map(labels)
+    return all(term.matches(namespace, mapping) for term in terms)
 
 
 def _affinity(
@@ -66,25 +74,24 @@ def _affinity(
 ) -> BoolArray | None:
     if not terms:
         return None
-    keyed = [domains(snapshot, term.topology_key) for term in terms]
-    present = [np.zeros(count, dtype=np.bool_) for _, count in keyed]
+    keyed = [domains(snapshot, term.topology_key)[0] for term in terms]
+    present = [np.zeros(domains(snapshot, t.topology_key)[1], dtype=np.bool_) for t in terms]
     counted = False
-    for allocation in snapshot.allocations.values():
-        other = allocation.pod
-        if other.name == pod.name or not _matches_all(terms, other):
+    for (namespace, labels), rows in pod_groups(snapshot, pod.name).items():
+        if not _matches_all(terms, namespace, labels):
             continue
-        for (ids, _), marked in zip(keyed, present, strict=True):
-            domain = ids[allocation.node]
-            if domain != MISSING:
-                marked[domain] = True
+        for ids, marked in zip(keyed, present, strict=True):
+            found = domains_of(ids, rows)
+            if found.size:
+                marked[found] = True
                 counted = True
     has_keys = np.ones(snapshot.size, dtype=np.bool_)
-    for ids, _ in keyed:
+    for ids in keyed:
         has_keys &= ids != MISSING
-    if not counted and _matches_all(terms, pod):
+    if not counted and _matches_all(terms, pod.namespace, pod.labels):
         return has_keys  # the first of a group affine to itself
     ok = has_keys
-    for (ids, _), marked in zip(keyed, present, strict=True):
+    for ids, marked in zip(keyed, present, strict=True):
         ok &= in_domains(ids, marked)
     return ok
 
@@ -94,39 +101,37 @@ def _anti_affinity(
 ) -> BoolArray | None:
     if not terms:
         return None
-    keyed = [domains(snapshot, term.topology_key) for term in terms]
-    present = [np.zeros(count, dtype=np.bool_) for _, count in keyed]
-    for allocation in snapshot.allocations.values():
-        other = allocation.pod
-        if other.name == pod.name:
-            continue
-        labels = label_map(other.labels)
-        for term, (ids, _), marked in zip(terms, keyed, present, strict=True):
-            domain = ids[allocation.node]
-            if domain != MISSING and term.matches(other.namespace, labels):
-                marked[domain] = True
     ok = np.ones(snapshot.size, dtype=np.bool_)
-    for (ids, _), marked in zip(keyed, present, strict=True):
+    groups = pod_groups(snapshot, pod.name)
+    for term in terms:
+        ids, count = domains(snapshot, term.topology_key)
+        marked = np.zeros(count, dtype=np.bool_)
+        for (namespace, labels), rows in groups.items():
+            if term.matches(namespace, label_map(labels)):
+                marked[domains_of(ids, rows)] = True
         ok &= ~in_domains(ids, marked)
     return ok
 
 
 def _existing_anti_affinity(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray | None:
-    ok: BoolArray | None = None
+    """Nodes in no domain of a running pod whose required anti-affinity matches ``pod``."""
     labels = label_map(pod.labels)
+    banned: dict[str, set[int]] = {}
     for name in snapshot.pods_with_terms:
         allocation = snapshot.allocations[name]
         terms = allocation.pod.terms
         if terms is None or name == pod.name:
             continue
         for term in terms.anti_affinity:
-            if not term.matches(pod.namespace, labels):
-                continue
-            ids, _ = domains(snapshot, term.topology_key)
-            domain = ids[allocation.node]
-            if domain != MISSING:
-                ok = np.ones(snapshot.size, dtype=np.bool_) if ok is None else ok
-                ok &= ids != domain
+            if term.matches(pod.namespace, labels):
+                domain = int(domains(snapshot, term.topology_key)[0][allocation.node])
+                if domain != MISSING:
+                    banned.setdefault(term.topology_key, set()).add(domain)
+    if not banned:
+        return None
+    ok = np.ones(snapshot.size, dtype=np.bool_)
+    for key, ids in banned.items():
+        ok &= ~np.isin(domains(snapshot, key)[0], list(ids))
     return ok
 
 
@@ -148,7 +153,6 @@ def affinity_score(snapshot: ClusterSnapshot, pod: PodSpec, rows: IntArray) -> I
     the same in their domains, and their required affinity terms add
     :data:`HARD_AFFINITY_WEIGHT`.
     """
-    score = np.zeros(len(rows), dtype=np.int64)
     own = pod.terms
     own_terms = [
         (term, sign)
@@ -159,20 +163,19 @@ def affinity_score(snapshot: ClusterSnapshot, pod: PodSpec, rows: IntArray) -> I
         for term in terms
     ]
     labels = label_map(pod.labels)
+    totals: dict[str, IntArray] = {}  # per topology key, the weight each domain gathered
 
-    def add(term: AffinityTerm, node: int, weight: int) -> None:
-        ids, _ = domains(snapshot, term.topology_key)
-        domain = ids[node]
-        if domain != MISSING:
-            score[ids[rows] == domain] += weight
+    def add(term: AffinityTerm, where: list[int], weight: int) -> None:
+        ids, count = domains(snapshot, term.topology_key)
+        table = totals.setdefault(term.topology_key, np.zeros(count, dtype=np.int64))
+        np.add.at(table, domains_of(ids, where), weight)
 
     if own_terms:
-        for allocation in snapshot.allocations.values():
-            other = allocation.pod
-            other_labels = label_map(other.labels)
+        for (namespace, other_labels), where in pod_groups(snapshot, pod.name).items():
+            mapping = label_map(other_labels)
             for term, sign in own_terms:
-                if term.matches(other.namespace, other_labels):
-                    add(term, allocation.node, sign * term.weight)
+                if term.matches(namespace, mapping):
+                    add(term, where, sign * term.weight)
     for name in snapshot.pods_with_terms:
         allocation = snapshot.allocations[name]
         theirs = allocation.pod.terms
@@ -180,9 +183,12 @@ def affinity_score(snapshot: ClusterSnapshot, pod: PodSpec, rows: IntArray) -> I
             continue
         for term in theirs.affinity:
             if term.matches(pod.namespace, labels):
-                add(term, allocation.node, HARD_AFFINITY_WEIGHT)
+                add(term, [allocation.node], HARD_AFFINITY_WEIGHT)
         for terms, sign in ((theirs.preferred_affinity, 1), (theirs.preferred_anti_affinity, -1)):
             for term in terms:
                 if term.matches(pod.namespace, labels):
-                    add(term, allocation.node, sign * term.weight)
+                    add(term, [allocation.node], sign * term.weight)
+    score = np.zeros(len(rows), dtype=np.int64)
+    for key, table in totals.items():
+        score += per_node(domains(snapshot, key)[0][rows], table)
     return score

@@ -69,10 +69,14 @@ class LabelSelector:
         return not self.match_labels and not self.match_expressions
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        """Whether a pod with ``labels`` is selected."""
-        return all(labels.get(key) == value for key, value in self.match_labels) and all(
-            r.holds(labels.get(r.key)) for r in self.match_expressions
-        )
+        """Whether a pod with ``labels`` is selected (plain loops: it runs per pod and term)."""
+        for key, value in self.match_labels:
+            if labels.get(key) != value:
+                return False
+        for requirement in self.match_expressions:
+            if not requirement.holds(labels.get(requirement.key)):
+                return False
+        return True
 
 
 def selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
@@ -107,7 +111,7 @@ class AffinityTerm:
         """Whether a pod in ``namespace`` with ``labels`` is one the term is about."""
         if self.namespaces is not None and namespace not in self.namespaces:
             return False
-        return selects(self.selector, labels)
+        return self.selector is not None and self.selector.matches(labels)
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,30 @@ def per_node(ids: IntArray, table: IntArray) -> IntArray:
     return values
 
 
+PodGroups = dict[tuple[str, tuple[tuple[str, str], ...]], list[int]]
+"""Bound pods by (namespace, labels): the node row of each pod of the group."""
+
+
+def pod_groups(snapshot: ClusterSnapshot, skip: str) -> PodGroups:
+    """The snapshot's bound pods (but ``skip``) grouped by namespace and labels.
+
+    Replicas share both, so a term is matched once per group instead of once per pod: the
+    matching, not the walk, is what costs.
+    """
+    groups: PodGroups = {}
+    for name, allocation in snapshot.allocations.items():
+        if name != skip:
+            other = allocation.pod
+            groups.setdefault((other.namespace, other.labels), []).append(allocation.node)
+    return groups
+
+
+def domains_of(ids: IntArray, rows: list[int]) -> IntArray:
+    """The domains (ids, repeated per row, none MISSING) the nodes ``rows`` are in."""
+    found: IntArray = ids[np.asarray(rows, dtype=np.int64)]
+    return found[found != MISSING]
+
+
 @lru_cache(maxsize=4096)
 def label_map(labels: tuple[tuple[str, str], ...]) -> Mapping[str, str]:
     """A pod's label pairs as a mapping (cached: the same pods are matched again and again)."""

@@ -25,7 +25,14 @@ from gpupool.core.constraints import NO_CONSTRAINTS
 from gpupool.core.model import PodSpec
 from gpupool.core.pod_terms import HONOR, SpreadConstraint, selects
 from gpupool.core.snapshot import BoolArray, ClusterSnapshot, IntArray
-from gpupool.core.topology import MISSING, domains, label_map, per_node, remembered
+from gpupool.core.topology import (
+    MISSING,
+    domains,
+    label_map,
+    per_node,
+    pod_groups,
+    remembered,
+)
 
 REASON_SPREAD = "node(s) didn't match pod topology spread constraints"
 REASON_SPREAD_LABEL = f"{REASON_SPREAD} (missing required label)"
@@ -81,15 +88,10 @@ def _counts(
     selector = constraint.selector
     if selector is None or selector.empty:
         return counts, present
-    for allocation in snapshot.allocations.values():
-        other, node = allocation.pod, allocation.node
-        if (
-            eligible[node]
-            and other.namespace == pod.namespace
-            and other.name != pod.name
-            and selector.matches(label_map(other.labels))
-        ):
-            counts[ids[node]] += 1
+    for (namespace, labels), rows in pod_groups(snapshot, pod.name).items():
+        if namespace == pod.namespace and selector.matches(label_map(labels)):
+            where = np.asarray(rows, dtype=np.int64)
+            np.add.at(counts, ids[where[eligible[where]]], 1)
     return counts, present
 
 
