@@ -102,7 +102,8 @@ def pod_groups(snapshot: ClusterSnapshot, skip: str) -> PodGroups:
 def domains_of(ids: IntArray, rows: list[int]) -> IntArray:
     """The domains (ids, repeated per row, none MISSING) the nodes ``rows`` are in."""
     found: IntArray = ids[np.asarray(rows, dtype=np.int64)]
-    return found[found != MISSING]
+    inside: IntArray = found[found != MISSING]
+    return inside
 
 
 @lru_cache(maxsize=4096)
