@@ -203,11 +203,6 @@ class PodTerms:
         )
 
     @property
-    def filters(self) -> bool:
-        """Whether any part of it filters nodes (required terms, DoNotSchedule spread)."""
-        return bool(self.affinity or self.anti_affinity or any(c.hard for c in self.spread))
-
-    @property
     def scores(self) -> bool:
         """Whether any part of it scores nodes (preferred terms, ScheduleAnyway spread)."""
         return bool(
