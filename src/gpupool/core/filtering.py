@@ -30,6 +30,7 @@ import numpy as np
 
 from gpupool.core.constraints import NO_CONSTRAINTS, NodeConstraints
 from gpupool.core.model import PodSpec, RequestKind
+from gpupool.core.pod_relative import fits_neighbours, pod_checks, static_mask
 from gpupool.core.snapshot import BoolArray, ClusterSnapshot, IntArray
 
 REASON_MODEL = "node(s) had no GPU of an allowed model"
@@ -185,7 +186,8 @@ def admissible(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray:
     mask = mask_of(snapshot.size, node_checks(snapshot, pod.constraints))
     if pod.kind is RequestKind.WHOLE or pod.kind is RequestKind.SHARE:
         mask &= snapshot.model_mask(pod.gpu_models)
-    return mask
+    keys = static_mask(snapshot, pod)  # pod-relative rules: only a missing topology key
+    return mask if keys is None else mask & keys
 
 
 def fits_on_node(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bool:
@@ -202,6 +204,8 @@ def fits_on_node(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bool:
     ):
         return False
     if not all(passed[node] for _, passed in node_checks(snapshot, pod.constraints)):
+        return False
+    if not fits_neighbours(snapshot, pod, node):  # after a what-if's removals too
         return False
     kind = pod.kind
     if kind is RequestKind.MIG:
@@ -261,6 +265,7 @@ def filter_nodes(
     checks.append((REASON_CPU, snapshot.cpu_free >= pod.cpu_milli))
     checks.append((REASON_MEMORY, snapshot.memory_free >= pod.memory_mib))
     checks.append((REASON_PODS, snapshot.pods_free >= 1))
+    checks.extend(pod_checks(snapshot, pod))  # affinity, anti-affinity, topology spread
     mask = checks[0][1].copy()
     for _, passed in checks[1:]:
         mask &= passed

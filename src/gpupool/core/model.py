@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gpupool.core.constraints import NodeConstraints, Taint
+    from gpupool.core.pod_terms import PodTerms
 
 MILLI_PER_GPU = 1000
 """Compute share of one whole GPU, in milli-GPU."""
@@ -134,6 +135,13 @@ class PodSpec:
         constraints: Node selector, required affinity and tolerations; ``None`` when the pod
             names none (it is then kept off tainted nodes only). Empty constraints are stored
             as ``None``, so equal requests compare and cache as one.
+        namespace: The pod's namespace, which other pods' affinity terms and spread
+            constraints match against (empty in the simulator).
+        labels: The pod's labels as sorted ``(key, value)`` pairs, for the same matching.
+            Neither takes part in equality: they say who the pod is (as its name does), not
+            what it asks for, so equal requests still compare and hash as cheaply as before.
+        terms: Inter-pod (anti-)affinity and topology spread (:mod:`gpupool.core.pod_terms`);
+            ``None`` when the pod has none (stored so when empty, like ``constraints``).
     """
 
     name: str
@@ -146,12 +154,17 @@ class PodSpec:
     mig_profile: str = ""
     workload_class: str = ""
     constraints: NodeConstraints | None = None
+    namespace: str = field(default="", compare=False)
+    labels: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    terms: PodTerms | None = None
     _kind: RequestKind = field(default=RequestKind.NONE, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._validate()
         if self.constraints is not None and self.constraints.empty:
             object.__setattr__(self, "constraints", None)
+        if self.terms is not None and self.terms.empty:
+            object.__setattr__(self, "terms", None)
         # derived once: every filter, score and policy rule asks for it
         object.__setattr__(self, "_kind", self._derive_kind())
 
@@ -163,6 +176,8 @@ class PodSpec:
             _require_non_negative(owner, name, getattr(self, name))
         if self.gpu_milli > MILLI_PER_GPU:
             raise InvalidSpecError(owner, "gpu_milli", f"must be <= {MILLI_PER_GPU}")
+        if self.labels and list(self.labels) != sorted(dict(self.labels).items()):
+            raise InvalidSpecError(owner, "labels", "must be sorted pairs with distinct keys")
         if self.mig_profile:
             if self.gpu_count or self.gpu_milli or self.gpu_memory_mib:
                 raise InvalidSpecError(

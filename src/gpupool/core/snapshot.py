@@ -137,6 +137,9 @@ class ClusterSnapshot:
         self.used_gpu_milli = 0
         self.allocations: dict[str, Allocation] = {}
         self.pods_on_node: list[set[str]] = [set() for _ in range(n)]
+        self.pods_with_terms: set[str] = set()
+        """Bound pods with inter-pod terms (:mod:`gpupool.core.pod_terms`): while it is empty
+        and a pod names none, no pod-relative check or score has anything to do."""
         self._model_masks: dict[frozenset[str], BoolArray] = {}
         self.constraint_checks: dict[NodeConstraints | None, tuple[tuple[str, BoolArray], ...]] = {}
         """Per distinct constraint set (None: a pod that names none), the masks of the nodes it
@@ -246,6 +249,8 @@ class ClusterSnapshot:
         self._apply(allocation, sign=-1)
         self.allocations[pod.name] = allocation
         self.pods_on_node[node].add(pod.name)
+        if pod.terms is not None:
+            self.pods_with_terms.add(pod.name)
         return allocation
 
     def unhealthy_held(self, pod_name: str) -> tuple[int, ...]:
@@ -270,6 +275,7 @@ class ClusterSnapshot:
             raise AllocationError(f"pod {pod_name!r} is not bound")
         self._apply(allocation, sign=+1)
         self.pods_on_node[allocation.node].discard(pod_name)
+        self.pods_with_terms.discard(pod_name)
         return allocation
 
     MUTABLE_ARRAYS = (
@@ -297,6 +303,7 @@ class ClusterSnapshot:
             setattr(clone, name, getattr(self, name).copy())
         clone.allocations = dict(self.allocations)
         clone.pods_on_node = [set(pods) for pods in self.pods_on_node]
+        clone.pods_with_terms = set(self.pods_with_terms)
         clone.constraint_checks = dict(self.constraint_checks)  # a copy may be read elsewhere
         return clone
 

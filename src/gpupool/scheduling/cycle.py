@@ -36,6 +36,7 @@ import numpy as np
 from gpupool.core.decisions import Bind, Reject
 from gpupool.core.filtering import NodeCheck, admissible, filter_nodes, mask_of
 from gpupool.core.model import RequestKind
+from gpupool.core.pod_relative import failed_for_neighbours
 from gpupool.policy.quota import Ledger, hold_reason
 from gpupool.policy.units import milli_units
 from gpupool.policy.workload import Workload
@@ -318,7 +319,11 @@ class Cycle:
             return _saying_never(decision)
         failed = self.failed.setdefault(pool, [])
         eligibility = self.request.eligibility.get(workload.name)
-        if len(failed) < FAILED_SHAPES_KEPT and fails_by_size(eligibility, self.snapshot):
+        if (
+            len(failed) < FAILED_SHAPES_KEPT
+            and fails_by_size(eligibility, self.snapshot)
+            and not failed_for_neighbours(decision.reasons)
+        ):
             failed.append(decision)
         if workload.name in self.nominations:
             node = self.snapshot.node_names[self.nominations[workload.name]]

@@ -91,10 +91,59 @@ class NodeAffinity(msgspec.Struct, frozen=True, rename="camel"):
     required_during_scheduling_ignored_during_execution: NodeSelector | None = None
 
 
+class LabelSelectorRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """A label selector (``matchExpressions`` have the node selector's fields)."""
+
+    match_labels: dict[str, str] = {}
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+
+
+class PodAffinityTermRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """One pod (anti-)affinity term."""
+
+    topology_key: str = ""
+    label_selector: LabelSelectorRecord | None = None
+    namespaces: tuple[str, ...] = ()
+    namespace_selector: LabelSelectorRecord | None = None
+    match_label_keys: tuple[str, ...] = ()
+    mismatch_label_keys: tuple[str, ...] = ()
+
+
+class WeightedPodAffinityTermRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """A preferred pod (anti-)affinity term and its weight."""
+
+    weight: int = 0
+    pod_affinity_term: PodAffinityTermRecord = PodAffinityTermRecord()
+
+
+class PodAffinityRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """``podAffinity`` or ``podAntiAffinity``: required and preferred terms."""
+
+    required_during_scheduling_ignored_during_execution: tuple[PodAffinityTermRecord, ...] = ()
+    preferred_during_scheduling_ignored_during_execution: tuple[
+        WeightedPodAffinityTermRecord, ...
+    ] = ()
+
+
 class Affinity(msgspec.Struct, frozen=True, rename="camel"):
     """The pod affinity fields the scheduler reads."""
 
     node_affinity: NodeAffinity | None = None
+    pod_affinity: PodAffinityRecord | None = None
+    pod_anti_affinity: PodAffinityRecord | None = None
+
+
+class TopologySpreadConstraintRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """One ``spec.topologySpreadConstraints[]`` entry."""
+
+    max_skew: int = 0
+    topology_key: str = ""
+    when_unsatisfiable: str = ""
+    label_selector: LabelSelectorRecord | None = None
+    min_domains: int | None = None
+    node_affinity_policy: str | None = None
+    node_taints_policy: str | None = None
+    match_label_keys: tuple[str, ...] = ()
 
 
 class PodResourceClaim(msgspec.Struct, frozen=True, rename="camel"):
@@ -135,6 +184,7 @@ class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
     node_selector: dict[str, str] = {}
     affinity: Affinity = Affinity()
     tolerations: list[Toleration] = []
+    topology_spread_constraints: tuple[TopologySpreadConstraintRecord, ...] = ()
     scheduling_gates: list[dict[str, str]] = []
     resource_claims: tuple[PodResourceClaim, ...] = ()
     volumes: tuple[Volume, ...] = ()

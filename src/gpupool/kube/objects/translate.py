@@ -7,32 +7,35 @@ request (the API server defaults it so for extended resources). gpupool's own re
 field, e.g. ``spec.containers[0].resources.limits[gpupool.io/gpu-cores]: must be 1..100, got 150``.
 
 A pod's node selector, required node affinity and tolerations, and a node's taints, readiness and
-cordon, become the core's values too (:mod:`gpupool.core.constraints`), so which node a pod may
-use is decided by the core's one definition, in the live scheduler as in the simulator; a field
-the core refuses is named by its path (``spec.tolerations[1].operator: ...``). Preferred affinity
-does not filter and is not read.
+cordon, become the core's values too (:mod:`gpupool.core.constraints`; inter-pod affinity and
+topology spread: :mod:`gpupool.kube.objects.translate_affinity`), so which node a pod may use
+is decided by the core's one definition, in the live scheduler as in the simulator; a field
+the core refuses is named by its path (``spec.tolerations[1].operator: ...``). Preferred node
+affinity does not filter and is not read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 from gpupool.core.constraints import (
     NodeConstraints,
-    Requirement,
     SelectorTerm,
     Taint,
     Toleration,
 )
 from gpupool.core.model import MILLI_PER_GPU, InvalidSpecError, NodeSpec, PodSpec
+from gpupool.kube.objects.object_error import InvalidObjectError as InvalidObjectError
+from gpupool.kube.objects.object_error import at as _at
+from gpupool.kube.objects.object_error import requirements as _requirements
 from gpupool.kube.objects.quantity import QuantityError, to_count, to_mib, to_milli
 from gpupool.kube.objects.records import (
     Container,
     NodeRecord,
-    NodeSelectorRequirement,
     NodeSelectorTerm,
     PodRecord,
 )
+from gpupool.kube.objects.translate_affinity import pod_terms
 from gpupool.kube.objects.vocabulary import (
     ANNOTATION_ALLOWED_MODELS,
     ANNOTATION_GPU_UNHEALTHY,
@@ -48,16 +51,6 @@ from gpupool.kube.objects.vocabulary import (
 
 UNKNOWN_MODEL = "unknown"
 AFFINITY_PATH = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-
-
-class InvalidObjectError(ValueError):
-    """An API object has a field gpupool cannot schedule; ``field`` is its path."""
-
-    def __init__(self, owner: str, field: str, message: str) -> None:
-        super().__init__(f"{owner}: {field}: {message}")
-        self.owner = owner
-        self.field = field
-        self.message = message
 
 
 Convert = Callable[[str], int]
@@ -172,6 +165,9 @@ def pod_spec(pod: PodRecord) -> PodSpec:
             mig_profile=mig_profile,
             workload_class=pod.metadata.labels.get(LABEL_CLASS, ""),
             constraints=node_constraints(pod),
+            namespace=pod.metadata.namespace,
+            labels=tuple(sorted(pod.metadata.labels.items())),
+            terms=pod_terms(pod),
         )
     except InvalidSpecError as error:
         raise InvalidObjectError(owner, error.field_name, str(error)) from None
@@ -247,23 +243,6 @@ def gpu_uuids(node: NodeRecord, count: int) -> tuple[str, ...]:
     """The node's GPU UUIDs in index order; empty strings where the inventory gave none."""
     listed = node.metadata.annotations.get(ANNOTATION_GPU_UUIDS, "").split(",")
     return tuple(listed[i].strip() if i < len(listed) else "" for i in range(count))
-
-
-def _at(owner: str, path: str, error: InvalidSpecError) -> InvalidObjectError:
-    """The core's refusal of a value, reported at the value's path in the object."""
-    return InvalidObjectError(owner, f"{path}.{error.field_name}", str(error))
-
-
-def _requirements(
-    owner: str, path: str, items: Sequence[NodeSelectorRequirement]
-) -> tuple[Requirement, ...]:
-    found = []
-    for i, item in enumerate(items):
-        try:
-            found.append(Requirement(item.key, item.operator, tuple(item.values)))
-        except InvalidSpecError as error:
-            raise _at(owner, f"{path}[{i}]", error) from None
-    return tuple(found)
 
 
 def _term(owner: str, path: str, term: NodeSelectorTerm) -> SelectorTerm:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 
 from gpupool.core.decisions import Bind
 from gpupool.core.model import PodSpec
+from gpupool.core.pod_relative import relabel
 from gpupool.core.snapshot import AllocationError, ClusterSnapshot
 from gpupool.kube.client.informer import DELETED
 from gpupool.kube.objects.dra import ResourceClaim
@@ -323,6 +324,8 @@ class ClusterState(BoundPods):
         self._set_pending(uid, False)
         if held is None and not self._hold_trusted(pod):
             self._hold_foreign(pod)
+        elif held is not None and snapshot is not None:  # other pods' terms see its labels now
+            relabel(snapshot, uid, tuple(sorted(pod.metadata.labels.items())))
         self._tell_unhealthy(uid)
 
     def _tell_unhealthy(self, uid: str) -> None:
