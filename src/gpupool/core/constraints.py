@@ -44,6 +44,8 @@ BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 TOLERATION_OPERATORS = ("Equal", "Exists")
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 NODE_NAME_FIELD = "metadata.name"
+MAX_PREFERRED_WEIGHT = 100
+"""Largest weight of a preferred node-affinity term (the API server's limit)."""
 """The one node field a ``matchFields`` requirement may read."""
 
 
@@ -212,6 +214,25 @@ class RequiredTerms:
 
 
 @dataclass(frozen=True, slots=True)
+class PreferredTerm:
+    """A preferred node-affinity term: nodes it holds on gain ``weight`` (kube: 1..100).
+
+    Attributes:
+        weight: What a node meeting the term gains.
+        term: The term.
+    """
+
+    weight: int
+    term: SelectorTerm
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.weight <= MAX_PREFERRED_WEIGHT:
+            raise InvalidSpecError(
+                "preferred term", "weight", f"must be 1..{MAX_PREFERRED_WEIGHT}, got {self.weight}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
 class NodeConstraints:
     """A pod's node selector, required node affinity and tolerations.
 
@@ -223,12 +244,15 @@ class NodeConstraints:
         tolerations: The taints the pod tolerates.
         required: Further groups of terms that must all hold (the pod's volumes'), each with
             its own reason (:class:`RequiredTerms`).
+        preferred: Weighted terms that filter nothing and rank nodes
+            (:mod:`gpupool.core.node_preference`).
     """
 
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity: tuple[SelectorTerm, ...] | None = None
     tolerations: tuple[Toleration, ...] = ()
     required: tuple[RequiredTerms, ...] = ()
+    preferred: tuple[PreferredTerm, ...] = ()
 
     def __post_init__(self) -> None:
         if list(self.node_selector) != sorted(dict(self.node_selector).items()):
@@ -243,6 +267,7 @@ class NodeConstraints:
         affinity: Iterable[SelectorTerm] | None = None,
         tolerations: Iterable[Toleration] = (),
         required: Iterable[RequiredTerms] = (),
+        preferred: Iterable[PreferredTerm] = (),
     ) -> NodeConstraints:
         """Constraints from a selector mapping, affinity terms, tolerations and groups."""
         return cls(
@@ -250,6 +275,7 @@ class NodeConstraints:
             affinity=None if affinity is None else tuple(affinity),
             tolerations=tuple(tolerations),
             required=tuple(required),
+            preferred=tuple(preferred),
         )
 
     @property
@@ -260,6 +286,7 @@ class NodeConstraints:
             and self.affinity is None
             and not self.tolerations
             and not self.required
+            and not self.preferred
         )
 
     def selects(self, labels: Mapping[str, str], name: str) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from gpupool.core.model import PodSpec
+from gpupool.core.node_preference import node_preference_score
 from gpupool.core.pod_affinity import (
     REASON_AFFINITY,
     REASON_ANTI_AFFINITY,
@@ -32,6 +33,9 @@ from gpupool.core.topology_spread import (
 )
 from gpupool.core.topology_spread import required_keys_mask as spread_keys
 
+POD_RULE_WEIGHT = 2.0
+"""InterPodAffinity's and PodTopologySpread's weight among kube-scheduler 1.37's default score
+plugins (both 2: their sum keeps the relative weight they had alone)."""
 POD_RELATIVE_REASONS = frozenset(
     {
         REASON_AFFINITY,
@@ -102,17 +106,28 @@ def static_mask(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray | None:
 def prefer(snapshot: ClusterSnapshot, pod: PodSpec, tied: IntArray) -> IntArray:
     """Of ``tied`` (nodes with the policy's best score), those kube's soft rules rank highest.
 
-    InterPodAffinity's score (normalised over ``tied``) plus ScheduleAnyway spread's, both on
-    kube's 0..100 scale with equal weights (kube-scheduler's default weights are equal); the
-    policy's GPU score decided first, so fragmentation still rules and this only breaks ties.
+    InterPodAffinity's score (normalised over ``tied``) plus ScheduleAnyway spread's, plus
+    preferred node affinity's and soft taints' (:mod:`gpupool.core.node_preference`), each on
+    kube's 0..100 scale with kube-scheduler's default plugin weights; the policy's GPU score
+    decided first, so fragmentation still rules and this only breaks ties.
     """
-    if tied.size < 2 or not concerned(snapshot, pod):
+    if tied.size < 2:
         return tied
-    if not snapshot.pods_with_terms and (pod.terms is None or not pod.terms.scores):
-        return tied
+    node_scores = node_preference_score(snapshot, pod.constraints, tied)
+    pod_rules = concerned(snapshot, pod) and (
+        bool(snapshot.pods_with_terms) or (pod.terms is not None and bool(pod.terms.scores))
+    )
+    if not pod_rules:
+        if node_scores is None:
+            return tied
+        preferred: IntArray = tied[node_scores == node_scores.max()]
+        return preferred
     raw = affinity_score(snapshot, pod, tied).astype(np.float64)
     low, high = raw.min(), raw.max()
     total = np.floor(MAX_NODE_SCORE * (raw - low) / (high - low)) if high > low else raw * 0
     total += spread_score(snapshot, pod, tied)
+    total *= POD_RULE_WEIGHT
+    if node_scores is not None:
+        total += node_scores
     best: IntArray = tied[total == total.max()]
     return best

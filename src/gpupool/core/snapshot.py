@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
 
 UNKNOWN_GPU_MEMORY = np.int64(2**40)
 """Free GPU memory recorded for nodes whose GPU memory is not reported: large enough to pass."""
@@ -144,6 +145,11 @@ class ClusterSnapshot:
         self.constraint_checks: dict[NodeConstraints | None, tuple[tuple[str, BoolArray], ...]] = {}
         """Per distinct constraint set (None: a pod that names none), the masks of the nodes it
         rules out (filtering.node_checks)."""
+        self.node_preferences: dict[
+            NodeConstraints | None, tuple[FloatArray, FloatArray] | None
+        ] = {}
+        """Per distinct constraint set, the raw preferred-affinity and soft-taint scores of every
+        node (core.node_preference); None where all are 0."""
 
     @property
     def size(self) -> int:
@@ -305,6 +311,7 @@ class ClusterSnapshot:
         clone.pods_on_node = [set(pods) for pods in self.pods_on_node]
         clone.pods_with_terms = set(self.pods_with_terms)
         clone.constraint_checks = dict(self.constraint_checks)  # a copy may be read elsewhere
+        clone.node_preferences = dict(self.node_preferences)
         return clone
 
     def simulate_removal(self, pod_names: Iterable[str]) -> Callable[[], None]:

@@ -85,10 +85,18 @@ class NodeSelector(msgspec.Struct, frozen=True, rename="camel"):
     node_selector_terms: tuple[NodeSelectorTerm, ...] = ()
 
 
+class PreferredSchedulingTerm(msgspec.Struct, frozen=True):
+    """A weighted node-affinity term that ranks nodes and filters none."""
+
+    weight: int = 0
+    preference: NodeSelectorTerm = NodeSelectorTerm()
+
+
 class NodeAffinity(msgspec.Struct, frozen=True, rename="camel"):
-    """The required part of a pod's node affinity (the preferred part does not filter)."""
+    """A pod's node affinity: required terms filter nodes, preferred ones rank them."""
 
     required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+    preferred_during_scheduling_ignored_during_execution: tuple[PreferredSchedulingTerm, ...] = ()
 
 
 class LabelSelectorRecord(msgspec.Struct, frozen=True, rename="camel"):

@@ -11,15 +11,17 @@ cordon, become the core's values too (:mod:`gpupool.core.constraints`; inter-pod
 topology spread: :mod:`gpupool.kube.objects.translate_affinity`), so which node a pod may use
 is decided by the core's one definition, in the live scheduler as in the simulator; a field
 the core refuses is named by its path (``spec.tolerations[1].operator: ...``). Preferred node
-affinity does not filter and is not read.
+affinity filters nothing and ranks nodes the GPU score leaves tied
+(:mod:`gpupool.core.node_preference`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from gpupool.core.constraints import (
     NodeConstraints,
+    PreferredTerm,
     SelectorTerm,
     Taint,
     Toleration,
@@ -34,6 +36,7 @@ from gpupool.kube.objects.records import (
     NodeRecord,
     NodeSelectorTerm,
     PodRecord,
+    PreferredSchedulingTerm,
 )
 from gpupool.kube.objects.translate_affinity import pod_terms
 from gpupool.kube.objects.vocabulary import (
@@ -51,6 +54,7 @@ from gpupool.kube.objects.vocabulary import (
 
 UNKNOWN_MODEL = "unknown"
 AFFINITY_PATH = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED_PATH = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
 
 
 Convert = Callable[[str], int]
@@ -265,17 +269,21 @@ def _tolerations(owner: str, pod: PodRecord) -> tuple[Toleration, ...]:
 
 
 def node_constraints(pod: PodRecord) -> NodeConstraints | None:
-    """The pod's node selector, required node affinity and tolerations (None: it names none).
+    """The pod's node selector, node affinity and tolerations (None: it names none).
 
     Raises:
-        InvalidObjectError: A requirement or toleration the core refuses, named by its path.
+        InvalidObjectError: A requirement, preferred term or toleration the core refuses, named
+            by its path.
     """
     owner, spec = f"pod {pod.key}", pod.spec
     node_affinity = spec.affinity.node_affinity
     required = (
         node_affinity.required_during_scheduling_ignored_during_execution if node_affinity else None
     )
-    if not spec.node_selector and required is None and not spec.tolerations:
+    preferred = (
+        node_affinity.preferred_during_scheduling_ignored_during_execution if node_affinity else ()
+    )
+    if not spec.node_selector and required is None and not spec.tolerations and not preferred:
         return None
     terms = None
     if required is not None:
@@ -283,7 +291,24 @@ def node_constraints(pod: PodRecord) -> NodeConstraints | None:
             _term(owner, f"{AFFINITY_PATH}.nodeSelectorTerms[{i}]", term)
             for i, term in enumerate(required.node_selector_terms)
         )
-    return NodeConstraints.of(spec.node_selector, terms, _tolerations(owner, pod))
+    return NodeConstraints.of(
+        spec.node_selector,
+        terms,
+        _tolerations(owner, pod),
+        preferred=_preferred(owner, preferred),
+    )
+
+
+def _preferred(owner: str, items: Sequence[PreferredSchedulingTerm]) -> tuple[PreferredTerm, ...]:
+    found = []
+    for i, item in enumerate(items):
+        path = f"{PREFERRED_PATH}[{i}]"
+        term = _term(owner, f"{path}.preference", item.preference)
+        try:
+            found.append(PreferredTerm(item.weight, term))
+        except InvalidSpecError as error:
+            raise _at(owner, path, error) from None
+    return tuple(found)
 
 
 def node_taints(node: NodeRecord) -> tuple[Taint, ...]:
