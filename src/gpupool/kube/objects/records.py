@@ -168,6 +168,21 @@ class PersistentVolumeClaimSource(msgspec.Struct, frozen=True, rename="camel"):
     claim_name: str = ""
 
 
+INLINE_DISKS = (
+    "gce_persistent_disk",
+    "aws_elastic_block_store",
+    "rbd",
+    "iscsi",
+    "azure_disk",
+    "cinder",
+)
+
+
+def _camel(field: str) -> str:
+    head, *rest = field.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
 class Volume(msgspec.Struct, frozen=True, rename="camel"):
     """A pod volume, as far as scheduling reads it: whether a claim backs it.
 
@@ -178,6 +193,24 @@ class Volume(msgspec.Struct, frozen=True, rename="camel"):
     name: str = ""
     persistent_volume_claim: PersistentVolumeClaimSource | None = None
     ephemeral: dict[str, Any] | None = None
+    gce_persistent_disk: dict[str, Any] | None = None
+    aws_elastic_block_store: dict[str, Any] | None = None
+    rbd: dict[str, Any] | None = None
+    iscsi: dict[str, Any] | None = None
+    azure_disk: dict[str, Any] | None = None
+    cinder: dict[str, Any] | None = None
+
+    def inline_disk(self) -> str:
+        """The field of an inline in-tree disk this volume names ("" for none).
+
+        kube-scheduler keeps two pods mounting one such disk apart (VolumeRestrictions) and
+        counts them against the node's attach limit; gpupool does neither, so such a pod is
+        refused naming the field (:func:`gpupool.kube.objects.translate.pod_spec`).
+        """
+        for field in INLINE_DISKS:
+            if getattr(self, field) is not None:
+                return _camel(field)
+        return ""
 
 
 class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):

@@ -95,6 +95,19 @@ def _total(
     return total, path
 
 
+def _refuse_inline_disks(owner: str, pod: PodRecord) -> None:
+    """Refuse a volume gpupool cannot place as kube-scheduler would, naming its field."""
+    for index, volume in enumerate(pod.spec.volumes):
+        disk = volume.inline_disk()
+        if disk:
+            raise InvalidObjectError(
+                owner,
+                f"spec.volumes[{index}].{disk}",
+                "inline in-tree disk volumes are not supported by gpupool's scheduler "
+                "(no disk-conflict or attach-limit check); use a PersistentVolumeClaim",
+            )
+
+
 def pod_spec(pod: PodRecord) -> PodSpec:
     """The core's view of ``pod``, named by its uid (names can be reused, uids cannot).
 
@@ -102,6 +115,7 @@ def pod_spec(pod: PodRecord) -> PodSpec:
         InvalidObjectError: A gpupool resource has a value that cannot be scheduled.
     """
     owner = f"pod {pod.key}"
+    _refuse_inline_disks(owner, pod)
     containers = _container_requests(pod.spec.containers, "containers")
     inits = _container_requests(pod.spec.init_containers, "initContainers")
 
