@@ -17,6 +17,7 @@ from .live_helpers import (
     pending_reason,
     pod_allocation,
     wait_for,
+    wait_for_events,
 )
 
 
@@ -77,13 +78,14 @@ async def test_whole_shared_and_model_constrained_pods_get_correct_allocations(
     ):
         assert not by_name[name]["spec"].get("nodeName")
         assert reason in pending_reason(by_name[name]), pending_reason(by_name[name])
-    events = await api.get(
-        f"/apis/events.k8s.io/v1/namespaces/{namespace}/events",
-        {"fieldSelector": "regarding.name=too-big"},
+    events = await wait_for_events(
+        api,
+        namespace,
+        "too-big's FailedScheduling Event",
+        regarding="too-big",
+        reason="FailedScheduling",
     )
-    notes = [e["note"] for e in events["items"] if e["reason"] == "FailedScheduling"]
-    assert notes
-    assert "nodes are available" in notes[0]
+    assert "nodes are available" in events[0]["note"]
     await assert_no_gpu_given_twice(api, by_name.values())
 
 

@@ -37,6 +37,7 @@ from .live_helpers import (
     pod_allocation,
     printer_columns,
     wait_for,
+    wait_for_events,
 )
 from .pod_corpus import Ask, corpus_nodes, fuzz_pods
 
@@ -149,8 +150,14 @@ async def test_routing_ceiling_concurrency_and_status(
         return await _reason(api, ns, "held") == expected
 
     await wait_for(held, 30, "the ceiling reason")
-    events = await events_about(api, ns, "held")
-    assert any(e["reason"] == "FailedScheduling" and e["note"] == expected for e in events)
+    await wait_for_events(
+        api,
+        ns,
+        "held's FailedScheduling Event naming the ceiling",
+        regarding="held",
+        reason="FailedScheduling",
+        until=lambda events: any(e["note"] == expected for e in events),
+    )
 
     # maxConcurrentPods: two run, the third waits naming the limit
     await create_pods(api, limited, [_pod(f"p{i}", sel, gpus=0) for i in range(3)])
@@ -212,10 +219,13 @@ async def test_preemption_waits_for_a_budget_then_evicts_and_binds_the_preemptor
     await wait_for(lambda: _bound(api, ns, {"low0", "low1"}), 60, "the low-priority pods")
     await create_pods(api, ns, [_pod("urgent", sel, gpus=2, priority_class=f"{ns}-high")])
 
-    async def blocked() -> bool:
-        return "PodDisruptionBudget" in await _reason(api, ns, "urgent")
+    async def blocked() -> bool:  # the reason and the nomination are separate writes
+        urgent = (await _by_name(api, ns))["urgent"]
+        return "PodDisruptionBudget" in pending_reason(urgent) and bool(
+            urgent["status"].get("nominatedNodeName")
+        )
 
-    await wait_for(blocked, 60, "the preemptor to wait for the budget")
+    await wait_for(blocked, 60, "the preemptor nominated and waiting for the budget")
     by_name = await _by_name(api, ns)
     assert all(by_name[f"low{i}"]["metadata"].get("deletionTimestamp") is None for i in range(2))
     assert by_name["urgent"]["status"].get("nominatedNodeName") == f"{ns}-n000"
@@ -235,15 +245,15 @@ async def test_preemption_waits_for_a_budget_then_evicts_and_binds_the_preemptor
     urgent = (await _by_name(api, ns))["urgent"]
     assert urgent["spec"]["nodeName"] == f"{ns}-n000"
     for victim in ("low0", "low1"):
-        notes = [
-            e["note"] for e in await events_about(api, ns, victim) if e["reason"] == "Preempted"
-        ]
-        assert notes, f"no Preempted event on {victim}"
-        assert f"{ns}/urgent" in notes[0]
-        assert "rule priority" in notes[0]
-    preempting = [e for e in await events_about(api, ns, "urgent") if e["reason"] == "Preempting"]
-    assert preempting
-    assert "rule priority" in preempting[0]["note"]
+        [preempted, *_] = await wait_for_events(
+            api, ns, f"the Preempted Event on {victim}", regarding=victim, reason="Preempted"
+        )
+        assert f"{ns}/urgent" in preempted["note"]
+        assert "rule priority" in preempted["note"]
+    [preempting, *_] = await wait_for_events(
+        api, ns, "the Preempting Event on urgent", regarding="urgent", reason="Preempting"
+    )
+    assert "rule priority" in preempting["note"]
 
 
 TENANT_POD_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list"]}]
@@ -304,8 +314,14 @@ async def test_a_queue_under_its_guarantee_reclaims_borrowed_gpus(
     record = pod_allocation((await _by_name(api, owner))["mine"])
     assert record is not None
     assert record["queue"] == f"{ns}-owner"
-    events = await api.list_items(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")
-    notes = [e["note"] for e in events if e["reason"] == "Preempted"]
+    events = await wait_for_events(
+        api,
+        ns,
+        "a Preempted Event on each reclaimed pod",
+        reason="Preempted",
+        until=lambda events: len(events) >= 2,
+    )
+    notes = [e["note"] for e in events]
     assert len(notes) == 2
     assert all(f"{owner}/mine" in note and "rule reclaim" in note for note in notes)
 
@@ -387,7 +403,9 @@ async def test_a_constrained_pod_preempts_on_the_node_it_can_use(
     assert pods["urgent"]["spec"]["nodeName"] == n0
     assert pods["young"]["spec"]["nodeName"] == n1
     assert pods["young"]["metadata"].get("deletionTimestamp") is None
-    preempting = [e for e in await events_about(api, ns, "urgent") if e["reason"] == "Preempting"]
+    preempting = await wait_for_events(
+        api, ns, "the Preempting Event on urgent", regarding="urgent", reason="Preempting"
+    )
     assert len(preempting) == 1
     assert f"{ns}/old on node {n0}" in preempting[0]["note"]
     assert all(e["reason"] != "Preempted" for e in await events_about(api, ns, "young"))

@@ -42,6 +42,7 @@ from gpupool.kube.install.crds import apply_object, install_crds
 from gpupool.kube.objects.dra import SLICES_PATH, slice_name
 from gpupool.kube.objects.events import pod_event
 from gpupool.kube.objects.records import ObjectMeta, PodRecord
+from gpupool.kube.objects.vocabulary import LABEL_CLASS, LABEL_QUEUE
 
 from .live_helpers import (
     gpu_pod,
@@ -201,6 +202,53 @@ async def test_a_declared_runtime_is_fixed_when_the_pod_is_created(
         assert await _annotate(tenant, namespace, "declared", "10m") == ""
         stored = await api.get(f"{pods}/declared")
         assert stored["metadata"]["annotations"][RUNTIME] == "10m"
+    finally:
+        await tenant.close()
+
+
+async def _relabel(api: KubeAPI, namespace: str, name: str, key: str, value: str | None) -> str:
+    """The message refusing a patch of the pod's label ("" if it was made)."""
+    body = {"metadata": {"labels": {key: value}}}
+    return await _refused(api.patch(f"/api/v1/namespaces/{namespace}/pods/{name}", body))
+
+
+async def test_a_bound_pods_queue_and_class_are_fixed(
+    policies: None, control_plane: LocalControlPlane, api: KubeAPI, namespace: str
+) -> None:
+    """Relabelling a bound pod's queue would re-charge it past another queue's ceiling."""
+    (node,) = await make_nodes(api, namespace, 1)
+    await grant_role(api, namespace, TENANT, EDIT_POD_RULES)
+    tenant = KubeAPI.from_kubeconfig(control_plane.user_kubeconfig(TENANT))
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    try:
+        for name in ("bound", "waiting"):
+            body = gpu_pod(name)
+            body["metadata"]["labels"] = {"gpupool.io/queue": "narrow", "gpupool.io/class": "a"}
+            await tenant.create(pods, body)
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "bound"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node.name},
+        }
+        await api.create(f"{pods}/bound/binding", binding)
+        queue_fixed = "metadata.labels[gpupool.io/queue]: fixed once the pod is bound"
+
+        async def enforced() -> bool:
+            return queue_fixed in await _relabel(tenant, namespace, "bound", LABEL_QUEUE, "wide")
+
+        await wait_for(enforced, 30, "the policy to fix a bound pod's queue")
+        refusal = await _relabel(tenant, namespace, "bound", LABEL_QUEUE, None)  # removed
+        assert f"{queue_fixed} (its signed allocation record charges it" in refusal
+        assert f"{TENANT} may not set, change or remove it" in refusal
+        assert queue_fixed in await _relabel(api, namespace, "bound", LABEL_QUEUE, "wide")
+        class_fixed = "metadata.labels[gpupool.io/class]: fixed once the pod is bound"
+        assert class_fixed in await _relabel(tenant, namespace, "bound", LABEL_CLASS, "b")
+        # what the policy does not concern goes through: other labels, a pod not yet bound
+        assert await _relabel(tenant, namespace, "bound", "team.example/note", "x") == ""
+        assert await _relabel(tenant, namespace, "waiting", LABEL_QUEUE, "wide") == ""
+        stored = await api.get(f"{pods}/bound")
+        assert stored["metadata"]["labels"][LABEL_QUEUE] == "narrow"
     finally:
         await tenant.close()
 

@@ -25,6 +25,7 @@ class ObjectMeta(msgspec.Struct, frozen=True, rename="camel"):
     deletion_timestamp: str | None = None
     creation_timestamp: str | None = None
     generation: int = 0
+    finalizers: tuple[str, ...] = ()
 
 
 class KubeObject(msgspec.Struct, frozen=True):
