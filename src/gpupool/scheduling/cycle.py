@@ -13,10 +13,10 @@ victim search and the reservation apply to the pod's request). So no part of a c
 node another part would refuse.
 
 A pod that no node of its pools could ever hold (more of a resource than any node's capacity, or
-no node passes its selector, model, taints and readiness: :meth:`Cycle._never_fits`) waits with
-the filter's reason and "no node could ever hold it"; it never blocks a pool, so it holds no
-reservation, no pod waits behind it, no pod is skipped for its shape, and no victim is sought
-for it.
+no node passes its selector, model, taints and readiness: :mod:`gpupool.scheduling.never_fits`)
+waits with the filter's reason and "no node could ever hold it"; it never blocks a pool, so it
+holds no reservation, no pod waits behind it, no pod is skipped for its shape, and no victim is
+sought for it.
 
 Work per cycle is bounded so that a deep queue cannot stall it: a pod whose request is no smaller
 than one that already failed in the pool this cycle is not placed again (nothing was freed in
@@ -28,20 +28,16 @@ between; it waits with that pod's rejection, which holds for it too), at most
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import partial
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from gpupool.core.decisions import Bind, Reject
-from gpupool.core.filtering import NodeCheck, admissible, filter_nodes, mask_of
-from gpupool.core.model import RequestKind
+from gpupool.core.filtering import NodeCheck
 from gpupool.core.pod_relative import failed_for_neighbours
 from gpupool.policy.quota import Ledger, hold_reason
 from gpupool.policy.units import milli_units
 from gpupool.policy.workload import Workload
-from gpupool.scheduling.backfill import Blocked, Reservations, delayed_nodes, no_smaller
-from gpupool.scheduling.candidates import could_hold
+from gpupool.scheduling.backfill import Blocked, Reservations, no_smaller
+from gpupool.scheduling.backfill_placement import clear_of_reservations
 from gpupool.scheduling.claim_placement import REASON_NO_ELIGIBLE, fails_by_size, restrict_choice
 from gpupool.scheduling.decisions import (
     Admit,
@@ -51,6 +47,7 @@ from gpupool.scheduling.decisions import (
     Preempt,
     Wait,
 )
+from gpupool.scheduling.never_fits import NeverFits, saying_never
 from gpupool.scheduling.nominated import drop_nominations_on, nomination_checks
 from gpupool.scheduling.ordering import order_pending, priority_of
 from gpupool.scheduling.preemption import VictimChoice
@@ -62,8 +59,6 @@ if TYPE_CHECKING:
 
 FAILED_SHAPES_KEPT = 32
 """Failed requests remembered per pool and cycle for skipping no-smaller ones."""
-NEVER_FITS = "no node could ever hold it"
-"""Added to the filter's reason for a pod no node of its pools could hold even if empty."""
 
 
 class Cycle:
@@ -94,7 +89,7 @@ class Cycle:
         self.examined: dict[int, int] = {}
         self.failed: dict[int, list[Reject]] = {}
         """Per pool, the rejections of this cycle's pods that failed by size."""
-        self._never_by_shape = engine.never_fits_memo(request.snapshot)
+        self.never_fits = NeverFits(engine, request)
         self.victims = VictimSearch(engine.options, request, self.tables)
         self.items = [
             (workload, self.tables.queue_of(workload.namespace, workload.queue))
@@ -124,14 +119,14 @@ class Cycle:
             for index, (workload, queue) in enumerate(ordered):
                 self.last = index == len(ordered) - 1
                 held = workload.name in self.reservations.holders
-                never = self._never_fitting(workload, queue)
+                never = self.never_fits.wait(workload, queue, self.checks)
                 if never is not None:
                     decisions.append(never)
                 elif self.blocked and not held and self._every_pool_closed():
                     decisions.append(Wait(workload, queue, self._all_closed_reason()))
                 else:
                     decisions.append(self._decide(workload, queue))
-            self.reservations.hold_for(self.blocked, self._room_checks)
+            self.reservations.hold_for(self.blocked, self.room_checks)
         finally:
             for name in reversed(self.bound):
                 self.snapshot.release(name)
@@ -147,47 +142,6 @@ class Cycle:
         names = [queue.name for queue in self.tables.queues]
         by_age = self.engine.options.remaining_by_age
         return expected_ends(self.request.running, self.request.now, self.runtimes, names, by_age)
-
-    def _never_fits(self, workload: Workload, pool: int) -> bool:
-        """Whether no node of ``pool`` could ever hold the pod, however much were freed.
-
-        No node there passes its static checks (selector, affinity, taints, readiness, GPU
-        model, a claim's eligible devices) or has the capacity, empty, for its request
-        (:func:`~gpupool.scheduling.candidates.could_hold`). Such a pod found no room only
-        because there never is any: blocking the pool for it held a reservation nothing could
-        fill and kept pods that fit waiting behind it, and with reservations that hold across
-        cycles, for ever (a 200-CPU pod on 64-CPU nodes deferred a ``cpu: 2`` pod silently).
-        """
-        pod = workload.pod
-        eligibility = self.request.eligibility.get(workload.name)
-        key = (
-            pool, pod.cpu_milli, pod.memory_mib, pod.gpu_count, pod.gpu_milli,
-            pod.gpu_memory_mib, pod.gpu_models, pod.mig_profile, pod.constraints,
-        )  # fmt: skip
-        known = self._never_by_shape.get(key) if eligibility is None else None
-        if known is not None:
-            return known
-        snapshot = self.snapshot
-        mask = mask_of(snapshot.size, self.engine.pool_checks(pool))
-        mask &= admissible(snapshot, pod) & could_hold(snapshot, pod)
-        if eligibility is not None:
-            mask &= eligibility.once_freed(snapshot, pod)[1]
-            return not mask.any()
-        never = self._never_by_shape[key] = not mask.any()
-        return never
-
-    def _never_fitting(self, workload: Workload, queue: int) -> Wait | None:
-        """The pod's wait if no node of any of its pools could ever hold it, else ``None``."""
-        routes = self.engine.route(workload, self.tables.queues[queue].name)
-        if isinstance(routes, str):
-            return None
-        pools = [pool for pool in routes if self.layout.node_count[pool]]
-        if not pools or not all(self._never_fits(workload, pool) for pool in pools):
-            return None
-        pod = workload.pod
-        found = filter_nodes(self.snapshot, pod, self.checks(pools[0], workload, queue))
-        reject = _saying_never(Reject(pod=pod, message=found.message(), reasons=found.reasons()))
-        return Wait(workload, queue, reject.message, reject)
 
     def _every_pool_closed(self) -> bool:
         return len(self.blocked) == self.engine.populated_pools and all(
@@ -264,7 +218,9 @@ class Cycle:
         if isinstance(decision, Bind):
             placed: Bind | str = decision
             if heads is not None or self.reservations.binding(pool):
-                placed = self._backfill(workload, queue, pool, heads or [], decision, checks)
+                placed = clear_of_reservations(
+                    self, workload, queue, pool, heads or [], decision, checks
+                )
             placed = self._eligible_gpus(workload, placed)
             if isinstance(placed, str):
                 return placed
@@ -315,8 +271,8 @@ class Cycle:
     ) -> Preempt | Reject | str:
         """Nothing fits: wait for a nomination, preempt, or become the pool's blocked head."""
         workload, pool = attempt.workload, attempt.pool
-        if self._never_fits(workload, pool):  # nothing to wait for here: it blocks nothing
-            return _saying_never(decision)
+        if self.never_fits.in_pool(workload, pool):  # nothing to wait for here: it blocks nothing
+            return saying_never(decision)
         failed = self.failed.setdefault(pool, [])
         eligibility = self.request.eligibility.get(workload.name)
         if (
@@ -381,7 +337,8 @@ class Cycle:
             checks += (check(self.snapshot, workload.pod),)
         return checks
 
-    def _room_checks(self, pool: int, head: Blocked) -> tuple[NodeCheck, ...]:
+    def room_checks(self, pool: int, head: Blocked) -> tuple[NodeCheck, ...]:
+        """A blocked pod's checks for finding its reservation: its claim's devices emptied."""
         return self.checks(pool, head.workload, head.queue, freed=True)
 
     def _eligible_gpus(self, workload: Workload, placed: Bind | str) -> Bind | str:
@@ -416,51 +373,6 @@ class Cycle:
             drop_nominations_on(self.nominations, bind.node)
         return admit
 
-    def _backfill(
-        self,
-        workload: Workload,
-        queue: int,
-        pool: int,
-        heads: list[Blocked],
-        decision: Bind,
-        checks: tuple[NodeCheck, ...],
-    ) -> Bind | str:
-        """``decision`` if it cannot delay a reservation of the pool, else a placement away.
-
-        A pod's own reservation does not hold it back (else a holder tried behind another
-        blocked pod could not start on the node kept for it).
-        """
-        held = self.reservations.of(pool, heads, partial(self._room_checks, pool))
-        reservations = [r for r in held if r.pod != workload.name]
-        if not reservations:
-            return decision
-        name = self.tables.queues[queue].name
-        runtime = self.runtimes.bound(workload, name, self.engine.options.backfill_quantile)
-        delayed = delayed_nodes(reservations, self.request.now, runtime)
-        if workload.pod.kind is RequestKind.NONE and decision.node in delayed:
-            # it takes no GPU: it delays a holder only where it leaves the holder no CPU,
-            # memory or pod slot at the reserved start
-            delayed -= self.reservations.spared(
-                [r for r in reservations if r.node in delayed], workload.pod
-            )
-        if decision.node not in delayed:
-            return decision
-        away = np.ones(self.snapshot.size, dtype=np.bool_)
-        away[list(delayed)] = False
-        holders = ", ".join(sorted(r.pod for r in reservations if r.node in delayed))
-        retry = self.engine.scheduler.schedule(
-            self.snapshot, workload.pod, (*checks, (f"node(s) reserved for {holders}", away))
-        )
-        if isinstance(retry, Bind):
-            return retry
-        reservation = min(
-            (r for r in reservations if r.node == decision.node), key=lambda r: r.start_at
-        )
-        return (
-            f"backfill: would delay {reservation.pod}, reserved on node "
-            f"{self.snapshot.node_names[reservation.node]} from t={reservation.start_at:.0f}s"
-        )
-
     def _victims_for_quota(self, attempt: Attempt) -> VictimChoice | None:
         """Priority preemption inside the queue for a pod its own ceiling or pod limit holds."""
         if not self.engine.options.preemption:
@@ -483,8 +395,3 @@ class Cycle:
             gpu_seconds_lost=choice.gpu_seconds_lost,
             violating=choice.violating,
         )
-
-
-def _saying_never(reject: Reject) -> Reject:
-    """``reject`` saying that no node could ever hold the pod."""
-    return replace(reject, message=f"{reject.message.rstrip('.')} ({NEVER_FITS}).")

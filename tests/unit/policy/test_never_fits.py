@@ -17,8 +17,8 @@ import pytest
 from gpupool.core.constraints import NodeConstraints
 from gpupool.core.model import PodSpec
 from gpupool.policy.workload import Workload
-from gpupool.scheduling.cycle import NEVER_FITS
 from gpupool.scheduling.decisions import Admit, Wait
+from gpupool.scheduling.never_fits import NEVER_FITS
 
 from .builders import whole, work
 from .test_reservations import two_busy_nodes

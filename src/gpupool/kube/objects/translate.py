@@ -108,6 +108,16 @@ def _refuse_inline_disks(owner: str, pod: PodRecord) -> None:
             )
 
 
+def _gpu_milli(gpus: int, cores: int, gpu_memory: int) -> int:
+    """The compute share per GPU, in milli-GPUs, of a pod's validated GPU requests."""
+    if not gpus:
+        return 0
+    if cores:
+        return cores * MILLI_PER_GPU // 100
+    # memory only: no compute share asked; nothing at all: whole GPUs
+    return 0 if gpu_memory else MILLI_PER_GPU
+
+
 def pod_spec(pod: PodRecord) -> PodSpec:
     """The core's view of ``pod``, named by its uid (names can be reused, uids cannot).
 
@@ -163,12 +173,6 @@ def pod_spec(pod: PodRecord) -> PodSpec:
         raise InvalidObjectError(owner, path, f"a GPU share needs {RESOURCE_GPU} >= 1")
     if cores_path and not 1 <= cores <= 100:
         raise InvalidObjectError(owner, cores_path, f"must be 1..100 (percent), got {cores}")
-    if not gpus:
-        gpu_milli = 0
-    elif cores:
-        gpu_milli = cores * MILLI_PER_GPU // 100
-    else:  # memory only: no compute share asked; nothing at all: whole GPUs
-        gpu_milli = 0 if gpu_memory else MILLI_PER_GPU
 
     models = pod.metadata.annotations.get(ANNOTATION_ALLOWED_MODELS, "")
     try:
@@ -177,7 +181,7 @@ def pod_spec(pod: PodRecord) -> PodSpec:
             cpu_milli=cpu,
             memory_mib=memory,
             gpu_count=gpus,
-            gpu_milli=gpu_milli,
+            gpu_milli=_gpu_milli(gpus, cores, gpu_memory),
             gpu_memory_mib=gpu_memory,
             gpu_models=frozenset(m.strip() for m in models.split("|") if m.strip()),
             mig_profile=mig_profile,

@@ -14,19 +14,18 @@ like :mod:`gpupool.kube.objects.records`) and the pure parts of the rules, in ku
   volume mode and VolumeAttributesClass, at least the storage asked for, every access mode
   asked for, and the labels the claim's selector asks for; its node affinity is checked per
   node by the core;
-* a volume's node affinity and a class's ``allowedTopologies`` become the core's selector terms
-  (:func:`volume_terms`, :func:`topology_terms`), and a volume's zone labels the terms of
-  VolumeZone (:func:`zone_terms`).
+* a volume's node affinity, a class's ``allowedTopologies`` and a volume's zone labels become
+  the core's selector terms in :mod:`gpupool.kube.objects.volume_topology`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from fractions import Fraction
 
 import msgspec
 
-from gpupool.core.constraints import Requirement, SelectorTerm
+from gpupool.core.constraints import Requirement
 from gpupool.core.model import InvalidSpecError
 from gpupool.kube.objects.quantity import QuantityError, parse_quantity
 from gpupool.kube.objects.records import KubeObject, NodeSelector, ObjectMeta, PodRecord
@@ -48,16 +47,6 @@ FILESYSTEM = "Filesystem"
 PHASE_AVAILABLE = "Available"
 PHASE_LOST = "Lost"
 STORAGE = "storage"
-
-ZONE_LABELS = (
-    "topology.kubernetes.io/zone",
-    "topology.kubernetes.io/region",
-    "failure-domain.beta.kubernetes.io/zone",
-    "failure-domain.beta.kubernetes.io/region",
-)
-"""The topology labels VolumeZone reads, GA first; a beta key's GA twin is at ``index - 2``."""
-ZONE_SEPARATOR = "__"
-"""How a volume's zone label lists several zones (``a__b``), as in Kubernetes."""
 
 
 class OwnerReference(msgspec.Struct, frozen=True):
@@ -303,77 +292,6 @@ class VolumeAttachment(KubeObject, frozen=True):
     def key(self) -> str:
         """The attachment's name."""
         return self.metadata.name
-
-
-class VolumeTermsError(ValueError):
-    """A volume's node affinity or a class's topology has a term the core refuses."""
-
-
-def _requirement(key: str, operator: str, values: Sequence[str], where: str) -> Requirement:
-    try:
-        return Requirement(key, operator, tuple(values))
-    except InvalidSpecError as error:
-        raise VolumeTermsError(f"{where}: {error}") from None
-
-
-def volume_terms(volume: PersistentVolume) -> tuple[SelectorTerm, ...] | None:
-    """The volume's required node affinity as terms (None: any node can reach it).
-
-    Raises:
-        VolumeTermsError: A requirement the core refuses, named by its path.
-    """
-    affinity = volume.spec.node_affinity
-    if affinity is None or affinity.required is None:
-        return None
-    terms = []
-    for i, term in enumerate(affinity.required.node_selector_terms):
-        where = f"persistentvolume {volume.key}: spec.nodeAffinity.required.nodeSelectorTerms[{i}]"
-        expressions = tuple(
-            _requirement(r.key, r.operator, r.values, where) for r in term.match_expressions
-        )
-        fields = tuple(_requirement(r.key, r.operator, r.values, where) for r in term.match_fields)
-        try:
-            terms.append(SelectorTerm(expressions, fields))
-        except InvalidSpecError as error:
-            raise VolumeTermsError(f"{where}: {error}") from None
-    return tuple(terms)
-
-
-def topology_terms(storage_class: StorageClass) -> tuple[SelectorTerm, ...] | None:
-    """Where the class can provision, as terms (None: anywhere)."""
-    if not storage_class.allowed_topologies:
-        return None
-    where = f"storageclass {storage_class.key}: allowedTopologies"
-    return tuple(
-        SelectorTerm(
-            tuple(_requirement(r.key, "In", r.values, where) for r in term.match_label_expressions)
-        )
-        for term in storage_class.allowed_topologies
-    )
-
-
-def zone_terms(volume: PersistentVolume) -> tuple[tuple[SelectorTerm, ...], ...]:
-    """VolumeZone's groups for a bound volume: one per zone label it carries.
-
-    A node without any topology label passes (kube-scheduler lets it), else the node's label
-    (or, for a beta key the node lacks, its GA twin) must be one of the volume's values.
-    """
-    labels = volume.metadata.labels
-    unlabelled = SelectorTerm(tuple(Requirement(key, "DoesNotExist") for key in ZONE_LABELS))
-    groups = []
-    for index, key in enumerate(ZONE_LABELS):
-        value = labels.get(key)
-        if not value:
-            continue
-        values = tuple(sorted(set(value.split(ZONE_SEPARATOR))))
-        terms = [unlabelled, SelectorTerm((Requirement(key, "In", values),))]
-        if index >= 2:
-            twin = ZONE_LABELS[index - 2]
-            terms.append(
-                SelectorTerm((Requirement(key, "DoesNotExist"), Requirement(twin, "In", values)))
-            )
-        groups.append(tuple(terms))
-    return tuple(groups)
 
 
 def _storage(amount: str | None) -> Fraction:

@@ -9,7 +9,9 @@ needs the claim side said once, here:
 * **GPUs by pod**: what every consumer runs on, for governance's idle and duration rules;
 * **companions**: the claims a pod alone reserves, which its eviction or end frees (gpupool
   releases a claim no live pod reserves; kube-controller-manager deletes a template's claim
-  with its pod), so a victim search and a backfill reservation count those GPUs as freed.
+  with its pod), so a victim search and a backfill reservation count those GPUs as freed;
+* **changes**: the pods whose charge or companions moved since the last cycle
+  (:func:`changed_costs`), which the live loop's policy book re-reads.
 """
 
 from __future__ import annotations
@@ -111,3 +113,30 @@ def sole_claims(
         if len(users) == 1 and key in snapshot.allocations:
             companions.setdefault(next(iter(users)), []).append(key)
     return {uid: tuple(sorted(keys)) for uid, keys in companions.items()}
+
+
+ClaimCosts = tuple[dict[str, PodSpec], dict[str, tuple[str, ...]]]
+"""Per pod uid, its claim charge (:func:`claim_charges`) and companions (:func:`sole_claims`)."""
+
+
+def claim_costs(
+    book: ClaimBook,
+    snapshot: ClusterSnapshot,
+    pods: Mapping[str, PodRecord],
+    binds: Mapping[str, ClaimBind],
+) -> ClaimCosts:
+    """Every pod's claim charge and companions, as one scheduling cycle sees them."""
+    return claim_charges(book, snapshot, pods, binds), sole_claims(book, snapshot, pods, binds)
+
+
+def changed_costs(now: ClaimCosts, before: ClaimCosts) -> set[str]:
+    """The pods whose claim charge or companions changed, came or went since ``before``.
+
+    The policy book re-reads those pods (their quota charge and what evicting them frees).
+    """
+    return _differ(now[0], before[0]) | _differ(now[1], before[1])
+
+
+def _differ(now: Mapping[str, object], before: Mapping[str, object]) -> set[str]:
+    """The keys whose value changed, came or went."""
+    return {key for key in now.keys() | before.keys() if now.get(key) != before.get(key)}

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpupool.core.framework import Scheduler
-from gpupool.core.model import PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.client.informer import Informer
@@ -49,7 +48,7 @@ from gpupool.kube.scheduler.apply import Applier
 from gpupool.kube.scheduler.binder import Binder
 from gpupool.kube.scheduler.budget_cache import BudgetCache
 from gpupool.kube.scheduler.claim_informers import ClaimInformers
-from gpupool.kube.scheduler.claim_ledger import claim_charges, sole_claims
+from gpupool.kube.scheduler.claim_ledger import ClaimCosts, changed_costs, claim_costs
 from gpupool.kube.scheduler.config import DecisionHook, LiveConfig, LiveStats
 from gpupool.kube.scheduler.departures import Departures
 from gpupool.kube.scheduler.evictions import Eviction, Evictor
@@ -126,8 +125,7 @@ class LiveScheduler:
         self.engine: PolicyEngine | None = None
         self._reservations: dict[int, tuple[Reservation, ...]] = {}
         self._awaiting: frozenset[str] = frozenset()  # blocked, may hold one, tried every cycle
-        # last cycle's pod uid -> its claim's GPUs, and -> the claims it alone reserves
-        self._claims: tuple[dict[str, PodSpec], dict[str, tuple[str, ...]]] = ({}, {})
+        self._claims: ClaimCosts = ({}, {})  # last cycle's claim charges and companions
         self._deferred_in: Hashable = None  # the inputs of the last cycle that deferred pods
         self.verdicts = Verdicts(self.state, self.queue, self.reports, self.metrics)
         self.intake = Intake(self.state, self.book, self.verdicts, self.stats, self.placement)
@@ -319,11 +317,10 @@ class LiveScheduler:
         if self.dra is not None:
             self.dra.release_unused()
         changed, state.held_changes = state.held_changes, set()
-        charges = claim_charges(state.claims, snapshot, state.pods, state.claim_binds)
-        companions = sole_claims(state.claims, snapshot, state.pods, state.claim_binds)
-        (old_charges, old_companions), self._claims = self._claims, (charges, companions)
-        changed |= _differ(charges, old_charges) | _differ(companions, old_companions)
-        self.book.update(changed, snapshot, state.pods, state.foreign, charges, companions)
+        costs = claim_costs(state.claims, snapshot, state.pods, state.claim_binds)
+        changed |= changed_costs(costs, self._claims)
+        self._claims = costs
+        self.book.update(changed, snapshot, state.pods, state.foreign, *costs)
         ready = self.intake.ready(
             [*self.preemptions.nominated, *_holders(self._reservations), *self._awaiting]
         )
@@ -386,11 +383,6 @@ class LiveScheduler:
             entry.reason if (entry := entries.get(uid)) is not None else ""
             for uid in self.state.pending
         ]
-
-
-def _differ(now: Mapping[str, object], before: Mapping[str, object]) -> set[str]:
-    """The keys whose value changed, came or went."""
-    return {key for key in now.keys() | before.keys() if now.get(key) != before.get(key)}
 
 
 def _holders(reservations: Mapping[int, tuple[Reservation, ...]]) -> set[str]:

@@ -35,7 +35,7 @@ never seen half-updated.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gpupool.core.decisions import Bind
@@ -48,10 +48,11 @@ from gpupool.kube.objects.records import NodeRecord, PodRecord
 from gpupool.kube.objects.signing import RecordSigner
 from gpupool.kube.objects.translate import InvalidObjectError, gpu_uuids, node_spec, pod_spec
 from gpupool.kube.objects.vocabulary import ANNOTATION_GPU_UNHEALTHY, ANNOTATION_GPU_UUIDS
-from gpupool.kube.objects.volumes import uses_claim
 from gpupool.kube.scheduler.bound_pods import BoundPods
 from gpupool.kube.scheduler.claim_state import ClaimHolder
 from gpupool.kube.scheduler.claims import CLAIM_KEY, ClaimBind, ClaimBook, ClaimPlacement, claim_key
+from gpupool.kube.scheduler.placed_pods import PlacedPodsOfState
+from gpupool.kube.scheduler.unhealthy_gpus import UnhealthyGpuWarnings
 from gpupool.kube.scheduler.volume_binding import VolumeBook, has_claims, with_volumes
 from gpupool.kube.scheduler.volume_limits import volume_conflict
 
@@ -59,8 +60,6 @@ log = logging.getLogger(__name__)
 
 Warn = Callable[[PodRecord, str, str], None]
 """Called as ``warn(pod, reason, message)`` for a Warning Event about a pod."""
-REASON_GPU_UNHEALTHY = "GPUUnhealthy"
-"""The Event reason for a pod on a GPU that broke under it."""
 Prepare = Callable[[ClusterSnapshot], None]
 """Called with every fresh snapshot before anything is bound on it (pools' sharing limits)."""
 
@@ -105,7 +104,7 @@ class StateStats:
 
 
 @dataclass
-class ClusterState(BoundPods):
+class ClusterState(BoundPods, PlacedPodsOfState, UnhealthyGpuWarnings):
     """Records, holdings and the snapshot for one scheduler.
 
     Args:
@@ -328,23 +327,6 @@ class ClusterState(BoundPods):
             relabel(snapshot, uid, tuple(sorted(pod.metadata.labels.items())))
         self._tell_unhealthy(uid)
 
-    def _tell_unhealthy(self, uid: str) -> None:
-        """A Warning, once per pod, when a GPU it holds is unhealthy (new pods avoid it)."""
-        pod = self.pods.get(uid)
-        broken = self.snapshot.unhealthy_held(uid) if self.snapshot is not None else ()
-        if pod is None or not broken or uid in self._told_unhealthy:
-            return
-        self._told_unhealthy.add(uid)
-        node = pod.spec.node_name
-        names = ", ".join(self.uuids.get(node, ())[gpu] or f"GPU {gpu}" for gpu in broken)
-        message = (
-            f"{node}: the node agent reports {names} unhealthy; this pod keeps running there but "
-            "its GPU work may fail, and no new pod is placed on it. Delete the pod (or let its "
-            "controller replace it) to run on a healthy GPU."
-        )
-        log.warning("%s: %s", pod.key, message)
-        self.warn(pod, REASON_GPU_UNHEALTHY, message)
-
     def _set_pending(self, uid: str, pending: bool) -> None:
         if pending != (uid in self.pending):
             if pending:
@@ -416,24 +398,3 @@ class ClusterState(BoundPods):
             spec = pod_spec(pod)
             self._specs[uid] = (version, spec)
         return with_volumes(spec, pod, self.volumes, self)  # volumes change under it
-
-    def pods_on(self, node: str) -> Iterator[PodRecord]:
-        """The pods bound, or being bound, to ``node`` (as the snapshot holds them)."""
-        snapshot = self.snapshot
-        row = snapshot.node_index.get(node) if snapshot is not None else None
-        if snapshot is None or row is None:
-            return
-        for uid in snapshot.pods_on_node[row]:
-            pod = self.pods.get(uid)
-            if pod is not None:
-                yield pod
-
-    def in_use(self, namespace: str, claim: str, uid: str) -> bool:
-        """Whether a pod other than ``uid`` that is bound or being bound uses the claim."""
-        return any(
-            other != uid
-            and (pod.spec.node_name or other in self.assumed)
-            and pod.metadata.namespace == namespace
-            and uses_claim(pod, claim)
-            for other, pod in self.pods.items()
-        )

@@ -39,6 +39,12 @@ from gpupool.core.model import PodSpec
 from gpupool.kube.client.informer import DELETED
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.translate import InvalidObjectError
+from gpupool.kube.objects.volume_topology import (
+    VolumeTermsError,
+    topology_terms,
+    volume_terms,
+    zone_terms,
+)
 from gpupool.kube.objects.volumes import (
     ANNOTATION_SELECTED_NODE,
     PHASE_LOST,
@@ -48,14 +54,10 @@ from gpupool.kube.objects.volumes import (
     PersistentVolumeClaim,
     StorageClass,
     VolumeAttachment,
-    VolumeTermsError,
     claim_names,
     claim_storage,
     matches,
-    topology_terms,
     volume_storage,
-    volume_terms,
-    zone_terms,
 )
 from gpupool.kube.scheduler.volume_limits import (
     REASON_READ_WRITE_ONCE_POD,

@@ -28,12 +28,12 @@ import msgspec
 
 from gpupool.kube.client.api import MERGE_PATCH, STRATEGIC_PATCH, ApiError, KubeAPI
 from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.objects.volume_topology import VolumeTermsError
 from gpupool.kube.objects.volumes import (
     ANNOTATION_BOUND_BY_CONTROLLER,
     ANNOTATION_SELECTED_NODE,
     PersistentVolume,
     PersistentVolumeClaim,
-    VolumeTermsError,
 )
 from gpupool.kube.scheduler.volume_binding import (
     VolumeBook,
