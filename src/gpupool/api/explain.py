@@ -4,9 +4,10 @@ The scheduler's message already counts the nodes per reason; what a user asks ne
 would it take": for every node the scheduler could ever place the pod on (one of the pools it is
 routed to, a GPU model it allows, its selector, affinity and tolerations, ready and not cordoned:
 :func:`~gpupool.scheduling.candidates.candidate_nodes`, the engine's own filters) that would hold
-it if empty (enough GPUs of its size, MIG slices of its profile, CPU and memory), the shares still
-to free on the GPUs closest to fitting, and who holds them. Computed from the snapshot with
-numpy, without touching it, so an explanation can never change a placement.
+it if empty (enough GPUs of its size, MIG slices of its profile, CPU, memory and every other
+resource it asks for), the shares still to free on the GPUs closest to fitting, and who holds
+them. Computed from the snapshot with numpy, without touching it, so an explanation can never
+change a placement.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ def _could_fit(
     )
     if spec.gpu_count:
         fits &= snapshot.gpu_memory_capacity.max(axis=1) >= spec.gpu_memory_mib
+    if spec.extra_resources:
+        fits &= snapshot.extras.could_ever_fit(spec.extra_resources, snapshot.size)
     if spec.kind is RequestKind.MIG:
         profiles = snapshot.mig_profiles
         if spec.mig_profile not in profiles:

@@ -218,7 +218,7 @@ def _extras_fit(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bool:
     )
 
 
-def extra_checks(snapshot: ClusterSnapshot, pod: PodSpec) -> list[NodeCheck]:
+def resource_checks(snapshot: ClusterSnapshot, pod: PodSpec) -> list[NodeCheck]:
     """The pod's extra-resource and host-port checks on every node (none for most pods)."""
     checks: list[NodeCheck] = []
     if pod.extra_resources:
@@ -274,7 +274,7 @@ def filter_nodes(
     checks.append((REASON_MEMORY, snapshot.memory_free >= pod.memory_mib))
     checks.append((REASON_PODS, snapshot.pods_free >= 1))
     if pod.extra_resources or pod.host_ports:
-        checks.extend(extra_checks(snapshot, pod))
+        checks.extend(resource_checks(snapshot, pod))
     mask = checks[0][1].copy()
     for _, passed in checks[1:]:
         mask &= passed
