@@ -64,9 +64,9 @@ def test_bad_extra_resources_are_refused_naming_the_field(
 
 def test_host_ports_normalize_empty_ip_and_protocol_like_kube() -> None:
     assert HostPort(80, "", "") == HostPort(80, "TCP", "0.0.0.0")
-    with pytest.raises(InvalidSpecError, match="1..65535"):
+    with pytest.raises(InvalidSpecError, match=r"1\.\.65535"):
         HostPort(70_000)
-    with pytest.raises(InvalidSpecError, match="TCP, UDP, SCTP"):
+    with pytest.raises(InvalidSpecError, match=r"TCP, UDP, SCTP"):
         HostPort(80, "ICMP")
 
 
@@ -92,7 +92,7 @@ def test_a_resource_no_node_offers_fails_on_every_node() -> None:
     result = filter_nodes(snapshot, pod)
     assert result.reasons() == (("Insufficient vendor.io/nowhere", 2),)
     assert not any(fits_on_node(snapshot, pod, node) for node in range(2))
-    with pytest.raises(AllocationError, match="insufficient vendor.io/nowhere"):
+    with pytest.raises(AllocationError, match=r"insufficient vendor\.io/nowhere"):
         snapshot.bind(pod, 0)
 
 
@@ -144,7 +144,7 @@ def test_host_port_conflicts_follow_kubes_rule(
     assert fits_on_node(snapshot, pod, 0) is not conflict
     if conflict:
         assert result.reasons() == ((REASON_PORTS, 1),)
-        with pytest.raises(AllocationError, match="host port TCP|host port UDP"):
+        with pytest.raises(AllocationError, match=r"host port (TCP|UDP)"):
             snapshot.bind(pod, 0)
     else:
         snapshot.bind(pod, 0)

@@ -213,7 +213,9 @@ def check_invariants(snapshot: ClusterSnapshot, models: bool = True) -> None:
             for other_holder, other in held[i + 1 :]:
                 same = (port.protocol, port.port) == (other.protocol, other.port)
                 ips = {port.host_ip, other.host_ip}
-                assert holder == other_holder or not same or ("0.0.0.0" not in ips and len(ips) == 2)
+                assert (
+                    holder == other_holder or not same or ("0.0.0.0" not in ips and len(ips) == 2)
+                )
         in_use = {
             (protocol, number, ip): count
             for (protocol, number), ips in snapshot.ports.by_node[node].items()

@@ -103,8 +103,9 @@ class HostPort:
             raise InvalidSpecError("host port", "port", f"must be 1..65535, got {self.port}")
         if self.protocol not in PROTOCOLS:
             raise InvalidSpecError(
-                "host port", "protocol", f"must be one of {', '.join(PROTOCOLS)}, got "
-                f"{self.protocol!r}"
+                "host port",
+                "protocol",
+                f"must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}",
             )
 
 

@@ -1,5 +1,7 @@
-"""Every resource besides CPU, memory and GPUs, and host ports: what NodeResourcesFit and NodePorts
-check in kube-scheduler, kept here so the snapshot and the filters share one definition.
+"""Every resource besides CPU, memory and GPUs, and host ports (NodeResourcesFit, NodePorts).
+
+kube-scheduler checks them all; they live here so the snapshot and the filters share one
+definition.
 
 *Extra resources* (:data:`~gpupool.core.model.ExtraResources`: other vendors' extended resources,
 ``hugepages-*``, ``ephemeral-storage``) are one int64 column each, over the names some node
@@ -71,10 +73,7 @@ class ExtraColumns:
         found = []
         for name, amount in extras:
             column = self.column.get(name)
-            if column is None:
-                passed = np.zeros(size, dtype=np.bool_)
-            else:
-                passed = free[:, column] >= amount
+            passed = np.zeros(size, np.bool_) if column is None else free[:, column] >= amount
             found.append((insufficient(name), passed))
         return found
 
@@ -170,4 +169,3 @@ def asks_at_least(pod: PodSpec, other: PodSpec) -> bool:
         if any(mine.get(name, 0) < amount for name, amount in other.extra_resources):
             return False
     return set(other.host_ports) <= set(pod.host_ports)
-

@@ -333,8 +333,7 @@ class ClusterSnapshot:
             taken = self.ports.conflict(node, pod.host_ports)
             if taken is not None:
                 raise AllocationError(
-                    f"{where}: host port {taken.protocol}/{taken.port} on {taken.host_ip} is "
-                    "taken"
+                    f"{where}: host port {taken.protocol}/{taken.port} on {taken.host_ip} is taken"
                 )
         if len(gpus) != pod.gpu_count or len(set(gpus)) != len(gpus):
             raise AllocationError(f"{where}: needs {pod.gpu_count} distinct GPUs, got {gpus}")

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpupool.core.filtering import NodeCheck, admissible, fits_on_node, mask_of
-from gpupool.core.resources import asks_at_least
 from gpupool.core.model import PodSpec
+from gpupool.core.resources import asks_at_least
 from gpupool.core.snapshot import Allocation, BoolArray, ClusterSnapshot
 from gpupool.policy.workload import Workload
 

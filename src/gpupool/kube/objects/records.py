@@ -71,7 +71,7 @@ class Container(msgspec.Struct, frozen=True, rename="camel"):
 
     @property
     def sidecar(self) -> bool:
-        """Whether this (init) container runs for the pod's whole life (``restartPolicy: Always``)."""
+        """Whether this init container runs for the pod's life (``restartPolicy: Always``)."""
         return self.restart_policy == "Always"
 
 

@@ -4,8 +4,9 @@ A pod's effective request follows Kubernetes exactly (:func:`effective_requests`
 native sidecars, init containers, pod-level requests, overhead). gpupool's own resources
 (:mod:`gpupool.kube.objects.vocabulary`) become the core's GPU request; every other resource
 kube-scheduler checks (other vendors' extended resources, hugepages, ephemeral storage) becomes
-the core's extra resources, and the app containers' and sidecars' ``hostPort`` its host ports. Every refusal names the
-field, e.g. ``spec.containers[0].resources.limits[gpupool.io/gpu-cores]: must be 1..100, got 150``.
+the core's extra resources, and the app containers' and sidecars' ``hostPort`` its host ports.
+Every refusal names the field, e.g.
+``spec.containers[0].resources.limits[gpupool.io/gpu-cores]: must be 1..100, got 150``.
 
 A pod's node selector, required node affinity and tolerations, and a node's taints, readiness and
 cordon, become the core's values too (:mod:`gpupool.core.constraints`), so which node a pod may

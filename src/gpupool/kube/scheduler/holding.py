@@ -84,8 +84,10 @@ def foreign_holdings(
 
 
 def _clamped(snapshot: ClusterSnapshot, spec: PodSpec, row: int, gpus: int) -> PodSpec:
-    """``spec`` cut down to what ``row`` has left: CPU, memory, ``gpus`` GPUs, a MIG slice,
-    extra resources, and the host ports still free there."""
+    """``spec`` cut down to what ``row`` has left.
+
+    CPU, memory, ``gpus`` GPUs, a MIG slice, the extra resources, and the host ports still free.
+    """
     mig = spec.mig_profile
     if mig and not (
         mig in snapshot.mig_profiles
