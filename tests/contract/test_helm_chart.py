@@ -318,6 +318,22 @@ def test_agent_daemonset(render: Render) -> None:
     assert not [d for d in render("agent.enabled=false") if "agent" in d["metadata"]["name"]]
 
 
+def test_plain_agent_daemonset_runs_what_the_chart_runs(render: Render) -> None:
+    """deploy/agent-daemonset.yaml is the chart's DaemonSet with its default values.
+
+    The two had drifted: the plain one started the MPS control daemon without the loop that
+    feeds it the agent's limits, so its shares ran with the daemon's defaults (the whole GPU).
+    The pod template is compared whole; only the chart's own labels may differ.
+    """
+    (plain,) = [d for d in yaml.safe_load_all((DEPLOY / "agent-daemonset.yaml").read_text()) if d]
+    charted = find(render(), "DaemonSet", "gpupool-agent")
+    assert plain["metadata"]["namespace"] == charted["metadata"]["namespace"]
+    assert plain["spec"]["template"]["spec"] == charted["spec"]["template"]["spec"]
+    assert plain["spec"]["updateStrategy"] == charted["spec"]["updateStrategy"]
+    names = plain["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"]
+    assert names == charted["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"]
+
+
 def test_service_monitor_behind_a_flag(render: Render) -> None:
     assert not [d for d in render() if d["kind"] == "ServiceMonitor"]
     docs = render("serviceMonitor.enabled=true", "serviceMonitor.labels.release=prom")

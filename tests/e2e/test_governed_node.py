@@ -153,8 +153,15 @@ async def test_the_idle_pod_is_reclaimed_from_the_agents_own_telemetry(story: St
 
     await wait_for(lambda: _gone(s, "idle"), 180, "the idle pod's reclaim")
     ours = ("GovernanceWarning", "Reclaimed")  # the kubelet's Events carry no eventTime
-    events = await pod_events(s.tenant, s.namespace, "idle")
-    told = {e["reason"]: _time(e) for e in events if e["reason"] in ours}
+    told: dict[str, float] = {}
+
+    async def both_told() -> bool:  # Events are written asynchronously, after the eviction
+        nonlocal told
+        events = await pod_events(s.tenant, s.namespace, "idle")
+        told = {e["reason"]: _time(e) for e in events if e["reason"] in ours}
+        return set(told) == set(ours)
+
+    await wait_for(both_told, 60, "the idle pod's GovernanceWarning and Reclaimed Events")
     assert told["Reclaimed"] - told["GovernanceWarning"] >= RECLAIM_GRACE_S - 1  # warned first
     busy_pod = await s.pod("busy")
     assert busy_pod is not None

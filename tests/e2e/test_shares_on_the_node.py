@@ -167,9 +167,16 @@ async def test_each_container_sees_exactly_its_gpus_with_the_pools_caps(
 
 
 @pytest.mark.timeout(1800)
-async def test_caps_survive_unset_and_tenants_share_no_shm(
+async def test_after_unset_the_preload_and_read_only_limits_stay_and_tenants_share_no_shm(
     installed: Cluster, api: KubeAPI
 ) -> None:
+    """What stays with a hami share whose process unsets its whole environment.
+
+    The preload and the read-only limits file stay; the caps in the environment do not, and
+    HAMi-core reads its caps from the environment when it loads, so such a process runs
+    uncapped (docs/architecture.md, "What is left to the environment"). This shows what the
+    node keeps, not that the caps hold.
+    """
     cluster = installed
     await published(api, cluster.node.name, CAPACITY)
     image = cluster.images.test_workload

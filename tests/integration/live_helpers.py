@@ -298,6 +298,40 @@ async def events_about(api: KubeAPI, namespace: str, name: str) -> list[Json]:
     return [e for e in events if e.get("regarding", {}).get("name") == name]
 
 
+async def wait_for_events(
+    api: KubeAPI,
+    namespace: str,
+    what: str,
+    *,
+    regarding: str | None = None,
+    reason: str | None = None,
+    until: Callable[[list[Json]], bool] = bool,
+    timeout: float = 30,
+) -> list[Json]:
+    """The namespace's Events (about ``regarding``, of ``reason``) once ``until`` holds for them.
+
+    Events are written asynchronously (an event recorder's queue, after the bind, the
+    eviction or the pending reason they report), so a test that has already seen the effect
+    must still wait for its Event; reading them once at that moment fails on a busy machine.
+    By default it waits for at least one.
+    """
+    found: list[Json] = []
+
+    async def arrived() -> bool:
+        nonlocal found
+        events = await api.list_items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+        found = [
+            e
+            for e in events
+            if (regarding is None or e.get("regarding", {}).get("name") == regarding)
+            and (reason is None or e.get("reason") == reason)
+        ]
+        return until(found)
+
+    await wait_for(arrived, timeout, what)
+    return found
+
+
 async def create_priority_class(api: KubeAPI, name: str, value: int) -> None:
     await api.create(
         "/apis/scheduling.k8s.io/v1/priorityclasses",

@@ -275,6 +275,16 @@ BAD_OBJECTS = [
         id="max-share-duration-in-days",
     ),
     pytest.param(
+        pool(mode="Exclusive", disruptionBudgetWait="5 minutes"),
+        'spec.disruptionBudgetWait: Invalid value: "5 minutes"',
+        id="budget-wait-duration",
+    ),
+    pytest.param(
+        pool(mode="Exclusive", maxEvictionGracePeriodSeconds=0),
+        "spec.maxEvictionGracePeriodSeconds: Invalid value: 0",
+        id="eviction-grace-below-one",
+    ),
+    pytest.param(
         queue(quotas=[{"pool": "a", "guaranteed": -1}]),
         "spec.quotas[0].guaranteed: Invalid value: -1",
         id="negative-guaranteed",

@@ -38,7 +38,14 @@ from gpupool.store.queries import AuditQuery, allocations_overlapping, audit_eve
 from gpupool.store.records import AuditAction, AuditEvent
 from gpupool.store.writer import StoreWriter
 
-from .live_helpers import SchedulerProcesses, create_pods, gpu_pod, make_nodes, wait_for
+from .live_helpers import (
+    SchedulerProcesses,
+    create_pods,
+    events_about,
+    gpu_pod,
+    make_nodes,
+    wait_for,
+)
 
 Json = dict[str, Any]
 GROUP = "/apis/gpupool.io/v1alpha1"
@@ -475,11 +482,11 @@ def _metrics(g: Governed) -> str:
     return generate_latest(registry).decode()
 
 
-async def test_eviction_blocked_by_a_disruption_budget_is_retried_never_forced(
+async def test_a_reclaim_a_disruption_budget_blocks_is_retried_then_deleted_past_the_wait(
     governed: Governed,
 ) -> None:
     g = governed
-    await g.start_pods("guarded", app="guarded")
+    pods = await g.start_pods("guarded", app="guarded")
     await g.api.create(
         f"/apis/policy/v1/namespaces/{g.namespace}/poddisruptionbudgets",
         {
@@ -493,10 +500,36 @@ async def test_eviction_blocked_by_a_disruption_budget_is_retried_never_forced(
     # no kube-controller-manager here: the API server refuses (429) any eviction under a budget
     # it has not processed yet, as it does for a budget at its limit
     await g.skip(61)  # past the grace: the eviction is refused, so nothing is done
-    await g.skip(61)  # and tried again
+    await g.skip(61)  # and tried again, within the pool's disruptionBudgetWait (default 5m)
     assert g.controller.stats.evictions_blocked == 2
     assert g.controller.stats.reclaims["max-share-duration"] == 0
     assert not await g.gone_or_evicted("guarded")
+
+    # the pool waits 1 s for budgets: the next pass after it deletes the pod
+    await g.api.patch(f"{GROUP}/gpupools/{g.namespace}", {"spec": {"disruptionBudgetWait": "1s"}})
+    guarded = g.scheduler.state.pods[_uid(pods["guarded"])]
+
+    async def wait_over() -> bool:
+        return g.scheduler.departures.wait_left(guarded) == 0
+
+    await wait_for(wait_over, 30, "the pool's new wait to pass")
+    await g.skip(61)
+    assert g.controller.stats.reclaims["max-share-duration"] == 1
+    assert await g.gone_or_evicted("guarded")
+    (record,) = [
+        e for e in await g.audit(_uid(pods["guarded"])) if e.values.get("step") == "deleted"
+    ]
+    assert f"PodDisruptionBudget {g.namespace}/guard blocked eviction for" in record.reason
+    assert "deleted past the pool's disruptionBudgetWait (1 s), grace 30 s" in record.reason
+
+    async def reported() -> bool:
+        events = await events_about(g.api, g.namespace, "guarded")
+        return any(
+            e["reason"] == "Reclaimed" and f"{g.namespace}/guard blocked eviction" in e["note"]
+            for e in events
+        )
+
+    await wait_for(reported, 30, "the Reclaimed event naming the budget")
 
 
 async def test_control_plane_with_db_audits_binds_and_rejections(

@@ -24,7 +24,7 @@ from gpupool.kube.objects.records import PodRecord
 from gpupool.store.queries import allocations_overlapping, usage_samples_between
 from gpupool.store.records import AuditAction, UsageSample
 
-from .live_helpers import create_pods, events_about, gpu_pod, wait_for
+from .live_helpers import create_pods, events_about, gpu_pod, wait_for, wait_for_events
 from .test_governance import Governed, _rfc3339, governed  # noqa: F401 (the fixture)
 
 Json = dict[str, Any]
@@ -97,7 +97,13 @@ async def test_a_pod_past_its_declared_runtime_and_grace_is_evicted(governed: Go
         return "Reclaimed" in await _reasons(g, "promised")
 
     await wait_for(reclaimed_event, 30, "the Reclaimed Event")
-    assert "GovernanceWarning" in await _reasons(g, "promised")
+    await wait_for_events(
+        g.api,
+        g.namespace,
+        "the GovernanceWarning Event",
+        regarding="promised",
+        reason="GovernanceWarning",
+    )
     assert g.controller.stats.reclaims["declared-runtime"] == 1
 
 

@@ -16,12 +16,14 @@ import pytest
 from benchlib.claim_check import claim_problems, claim_results
 
 from gpupool.devcluster.controlplane import LocalControlPlane
-from gpupool.kube.client.api import KubeAPI
+from gpupool.kube.client.api import ApiError, KubeAPI
+from gpupool.kube.scheduler.claim_writes import DELETE_PROTECTION
 
 from .dra_helpers import claims_by_name, create_claim_pod, node_with_slice, start_claims_scheduler
 from .live_helpers import (
     SchedulerProcesses,
     create_priority_class,
+    grant_role,
     list_pods,
     pending_reason,
     wait_for,
@@ -171,3 +173,73 @@ async def test_a_claim_pod_is_preempted_for_a_higher_priority_claim_pod(
     assert len(urgent) == 2
     assert urgent <= held
     assert claim_problems(claims.values(), slices) == []
+
+
+TENANT_RULES = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "delete"]},
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims"],
+        "verbs": ["create", "get", "list", "delete", "update", "patch"],
+    },
+]
+
+
+async def test_a_claim_a_tenant_deletes_under_a_running_pod_keeps_its_gpus_until_the_pod_ends(
+    api: KubeAPI, control_plane: LocalControlPlane, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    """gpupool sets kube-scheduler's delete protection on a claim it allocates.
+
+    Without it, a tenant deleting the claim of a running pod made it vanish at once, and the
+    scheduler gave the pod's GPUs to the next pod while the first still held them.
+    """
+    await node_with_slice(api, f"{namespace}-n0")
+    user = f"tenant-{namespace}"
+    await grant_role(api, namespace, user, TENANT_RULES)
+    tenant = KubeAPI.from_kubeconfig(control_plane.user_kubeconfig(user))
+    claim_path = f"{RESOURCE}/namespaces/{namespace}/resourceclaims/all"
+    try:
+        await create_claim_pod(
+            tenant, namespace, "all", {"deviceClassName": "gpu.gpupool.io", "count": 4}
+        )
+        await start_claims_scheduler(api, control_plane, namespace, schedulers)
+        await wait_for(lambda: _settled(api, namespace, 1), 60, "the four-GPU claim pod")
+        claim = await tenant.get(claim_path)
+        assert len(claim_results(claim)) == 4
+        assert DELETE_PROTECTION in claim["metadata"]["finalizers"]
+        with pytest.raises(ApiError) as refused:  # the admission policy keeps the protection
+            await tenant.patch(claim_path, {"metadata": {"finalizers": None}})
+        assert "metadata.finalizers: resource.kubernetes.io/delete-protection" in (
+            refused.value.message
+        )
+
+        await tenant.delete(claim_path)
+        claim = await tenant.get(claim_path)  # Terminating, still allocated and reserved
+        assert claim["metadata"]["deletionTimestamp"]
+        assert len(claim_results(claim)) == 4
+        await create_claim_pod(tenant, namespace, "next", {"deviceClassName": "gpu.gpupool.io"})
+
+        async def next_waits() -> bool:
+            pods = {p["metadata"]["name"]: p for p in await list_pods(api, namespace)}
+            return "next" in pods and bool(pending_reason(pods["next"]))
+
+        await wait_for(next_waits, 60, "the next pod pending: the four GPUs are still charged")
+        pods = {p["metadata"]["name"]: p for p in await list_pods(api, namespace)}
+        assert not pods["next"]["spec"].get("nodeName")
+        assert pods["all"]["spec"]["nodeName"]
+
+        pod_path = f"/api/v1/namespaces/{namespace}/pods/all"
+        await tenant.request("DELETE", pod_path, body={"gracePeriodSeconds": 0})
+
+        async def claim_gone() -> bool:
+            return "all" not in await claims_by_name(api, namespace)
+
+        await wait_for(claim_gone, 60, "the deleted claim gone once its pod ended")
+
+        async def next_bound() -> bool:
+            pods = {p["metadata"]["name"]: p for p in await list_pods(api, namespace)}
+            return bool(pods["next"]["spec"].get("nodeName"))
+
+        await wait_for(next_bound, 60, "the next pod bound on a freed GPU")
+    finally:
+        await tenant.close()

@@ -8,6 +8,7 @@ from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.client.api import ApiError, KubeAPI
 
 from .live_helpers import (
+    Json,
     SchedulerProcesses,
     assert_no_gpu_given_twice,
     create_pods,
@@ -17,14 +18,21 @@ from .live_helpers import (
     pending_reason,
     pod_allocation,
     wait_for,
+    wait_for_events,
 )
 
 
 async def _settled(api: KubeAPI, namespace: str, expected: int) -> bool:
-    """Every pod is bound, or pending with a reason the scheduler wrote."""
+    """Every pod is bound, or pending with a verdict of its own the scheduler wrote.
+
+    Not only "waiting behind" another: a pod past a cycle's backfill depth is told that at
+    once and decided in a later cycle.
+    """
     pods = await list_pods(api, namespace)
     return len(pods) == expected and all(
-        p["spec"].get("nodeName") or pending_reason(p) for p in pods
+        p["spec"].get("nodeName")
+        or (pending_reason(p) and not pending_reason(p).startswith("waiting behind "))
+        for p in pods
     )
 
 
@@ -71,13 +79,14 @@ async def test_whole_shared_and_model_constrained_pods_get_correct_allocations(
     ):
         assert not by_name[name]["spec"].get("nodeName")
         assert reason in pending_reason(by_name[name]), pending_reason(by_name[name])
-    events = await api.get(
-        f"/apis/events.k8s.io/v1/namespaces/{namespace}/events",
-        {"fieldSelector": "regarding.name=too-big"},
+    events = await wait_for_events(
+        api,
+        namespace,
+        "too-big's FailedScheduling Event",
+        regarding="too-big",
+        reason="FailedScheduling",
     )
-    notes = [e["note"] for e in events["items"] if e["reason"] == "FailedScheduling"]
-    assert notes
-    assert "nodes are available" in notes[0]
+    assert "nodes are available" in events[0]["note"]
     await assert_no_gpu_given_twice(api, by_name.values())
 
 
@@ -189,6 +198,66 @@ async def test_deleted_or_finished_pods_free_their_gpus_for_the_next_pod(
 
     await wait_for(second_done, 20, "second pod finished")
     await wait_for(lambda: bound("third"), 10, "third pod bound after second finished")
+
+
+def _with_pod_rules(
+    pod: Json, app: str, affinity: Json | None = None, spread: Json | None = None
+) -> Json:
+    """``pod`` labelled ``app=<app>``, with pod affinity and/or topology spread added."""
+    pod["metadata"]["labels"] = {"app": app}
+    if affinity is not None:
+        pod["spec"]["affinity"] = affinity
+    if spread is not None:
+        pod["spec"]["topologySpreadConstraints"] = [spread]
+    return pod
+
+
+async def test_anti_affinity_and_topology_spread_place_replicas_as_kube_scheduler_does(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    """3 anti-affine replicas on 2 nodes: 1+1 and one pending; 4 spread replicas: 2+2."""
+    sel = {"test": namespace}
+    await make_nodes(api, namespace, 2, gpus=8)
+    hostname = "kubernetes.io/hostname"
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "anti"}}, "topologyKey": hostname}
+            ]
+        }
+    }
+    spread = {
+        "maxSkew": 1,
+        "topologyKey": hostname,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "spread"}},
+    }
+    pods = [
+        *(
+            _with_pod_rules(gpu_pod(f"anti-{i}", selector=sel), "anti", affinity=anti)
+            for i in range(3)
+        ),
+        *(
+            _with_pod_rules(gpu_pod(f"spread-{i}", selector=sel), "spread", spread=spread)
+            for i in range(4)
+        ),
+    ]
+    await create_pods(api, namespace, pods)
+    schedulers.start("solo")
+    await wait_for(lambda: _settled(api, namespace, len(pods)), 30, "pods to settle")
+    placed: dict[str, list[str]] = {"anti": [], "spread": []}
+    pending = []
+    for pod in await list_pods(api, namespace):
+        group = pod["metadata"]["labels"]["app"]
+        if pod["spec"].get("nodeName"):
+            placed[group].append(pod["spec"]["nodeName"])
+        else:
+            pending.append((group, pending_reason(pod)))
+    assert sorted(placed["anti"]) == [f"{namespace}-n000", f"{namespace}-n001"]
+    assert len(pending) == 1
+    assert pending[0][0] == "anti"
+    assert "2 node(s) didn't match pod anti-affinity rules" in pending[0][1], pending[0][1]
+    assert sorted(placed["spread"]) == [f"{namespace}-n000"] * 2 + [f"{namespace}-n001"] * 2
 
 
 async def test_sigkill_in_a_burst_loses_nothing_and_gives_no_share_twice(

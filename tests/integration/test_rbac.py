@@ -42,6 +42,7 @@ from .live_helpers import (
     service_account_token,
     token_api,
     wait_for,
+    wait_for_events,
 )
 
 USER = "gpupool-scheduler"
@@ -84,9 +85,15 @@ async def test_scheduler_works_with_exactly_its_role(
         assert record is not None
         assert record["scheduler"] == "restricted"
         assert "Insufficient gpupool.io/gpu" in pending_reason(pods["waits"])
-        events = await api.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
-        reasons = {(e["regarding"]["name"], e["reason"]) for e in events["items"]}
-        assert {("fits", "Scheduled"), ("waits", "FailedScheduling")} <= reasons
+        expected = {("fits", "Scheduled"), ("waits", "FailedScheduling")}
+        await wait_for_events(  # written after the bind and the reason, asynchronously
+            api,
+            namespace,
+            "the Scheduled and FailedScheduling Events written as the restricted user",
+            until=lambda events: (
+                expected <= {(e["regarding"]["name"], e["reason"]) for e in events}
+            ),
+        )
         log = schedulers.log("restricted")
         assert "403" not in log
         assert "Forbidden" not in log

@@ -31,6 +31,7 @@ from .live_helpers import (
     make_nodes,
     pending_reason,
     wait_for,
+    wait_for_events,
 )
 
 GPUS_PER_NODE = 4
@@ -165,11 +166,15 @@ async def test_forged_records_never_make_a_gpu_given_twice(
     counts = check_no_gpu_given_twice(before, signer)
     assert counts == {"trusted": 6, "foreign": 6}
     assert not any(p["spec"].get("nodeName") for p in await late_pods())
-    events = await api.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
-    warned = {
-        e["regarding"]["name"] for e in events["items"] if e["reason"] == "AllocationNotTrusted"
-    }
-    assert warned == {p["metadata"]["name"] for p in forged}
+    forged_names = {p["metadata"]["name"] for p in forged}
+    events = await wait_for_events(
+        api,
+        namespace,
+        "an AllocationNotTrusted Event on each forged pod",
+        reason="AllocationNotTrusted",
+        until=lambda events: forged_names <= {e["regarding"]["name"] for e in events},
+    )
+    assert {e["regarding"]["name"] for e in events} == forged_names
 
     schedulers.kill("s1")  # restart: the new replica rebuilds from the pods
     schedulers.start("s2")

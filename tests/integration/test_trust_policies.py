@@ -42,6 +42,7 @@ from gpupool.kube.install.crds import apply_object, install_crds
 from gpupool.kube.objects.dra import SLICES_PATH, slice_name
 from gpupool.kube.objects.events import pod_event
 from gpupool.kube.objects.records import ObjectMeta, PodRecord
+from gpupool.kube.objects.vocabulary import LABEL_CLASS, LABEL_QUEUE
 
 from .live_helpers import (
     gpu_pod,
@@ -56,6 +57,10 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 TENANT = "tenant"
 NODE_FIELD = "spec.nodeName: a pod that"
 AGENT_WHY = "the gpupool agent may change only its own Node"
+OWN_FIELDS_WHY = (
+    "the gpupool agent may change on its own Node only the GPU labels, annotations and "
+    "gpupool.io/* resources it publishes"
+)
 EDIT_POD_RULES = [
     {
         "apiGroups": [""],
@@ -201,6 +206,53 @@ async def test_a_declared_runtime_is_fixed_when_the_pod_is_created(
         await tenant.close()
 
 
+async def _relabel(api: KubeAPI, namespace: str, name: str, key: str, value: str | None) -> str:
+    """The message refusing a patch of the pod's label ("" if it was made)."""
+    body = {"metadata": {"labels": {key: value}}}
+    return await _refused(api.patch(f"/api/v1/namespaces/{namespace}/pods/{name}", body))
+
+
+async def test_a_bound_pods_queue_and_class_are_fixed(
+    policies: None, control_plane: LocalControlPlane, api: KubeAPI, namespace: str
+) -> None:
+    """Relabelling a bound pod's queue would re-charge it past another queue's ceiling."""
+    (node,) = await make_nodes(api, namespace, 1)
+    await grant_role(api, namespace, TENANT, EDIT_POD_RULES)
+    tenant = KubeAPI.from_kubeconfig(control_plane.user_kubeconfig(TENANT))
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    try:
+        for name in ("bound", "waiting"):
+            body = gpu_pod(name)
+            body["metadata"]["labels"] = {"gpupool.io/queue": "narrow", "gpupool.io/class": "a"}
+            await tenant.create(pods, body)
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "bound"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node.name},
+        }
+        await api.create(f"{pods}/bound/binding", binding)
+        queue_fixed = "metadata.labels[gpupool.io/queue]: fixed once the pod is bound"
+
+        async def enforced() -> bool:
+            return queue_fixed in await _relabel(tenant, namespace, "bound", LABEL_QUEUE, "wide")
+
+        await wait_for(enforced, 30, "the policy to fix a bound pod's queue")
+        refusal = await _relabel(tenant, namespace, "bound", LABEL_QUEUE, None)  # removed
+        assert f"{queue_fixed} (its signed allocation record charges it" in refusal
+        assert f"{TENANT} may not set, change or remove it" in refusal
+        assert queue_fixed in await _relabel(api, namespace, "bound", LABEL_QUEUE, "wide")
+        class_fixed = "metadata.labels[gpupool.io/class]: fixed once the pod is bound"
+        assert class_fixed in await _relabel(tenant, namespace, "bound", LABEL_CLASS, "b")
+        # what the policy does not concern goes through: other labels, a pod not yet bound
+        assert await _relabel(tenant, namespace, "bound", "team.example/note", "x") == ""
+        assert await _relabel(tenant, namespace, "waiting", LABEL_QUEUE, "wide") == ""
+        stored = await api.get(f"{pods}/bound")
+        assert stored["metadata"]["labels"][LABEL_QUEUE] == "narrow"
+    finally:
+        await tenant.close()
+
+
 async def _agent_account(api: KubeAPI) -> None:
     """The agent's ServiceAccount with exactly the ClusterRole deploy/agent-rbac.yaml gives it."""
     (role,) = [
@@ -284,10 +336,39 @@ async def test_an_agent_token_changes_only_its_own_node(
     try:
         # node A: the agent's own publisher writes labels, annotations and allocatable
         await NodePublisher(agent, node_a, allocatable=True).publish(_publication())
-        await agent.patch(f"/api/v1/nodes/{node_a}", label)
         stored = await api.get(f"/api/v1/nodes/{node_a}")
-        assert stored["metadata"]["labels"]["gpupool.io/probe"] == "1"
+        assert stored["metadata"]["labels"]["gpupool.io/gpu-model"] == "H100"
         assert stored["metadata"]["annotations"]["gpupool.io/gpu-uuids"] == "GPU-a,GPU-b"
+        await agent.patch(
+            f"/api/v1/nodes/{node_a}",
+            {"metadata": {"annotations": {"gpupool.io/gpu-usage": "probe"}}},
+        )
+        # ...but nothing else of it: a label (it could select the node into a pool), a taint,
+        # the cordon, another resource's allocatable, a condition
+        await wait_for(
+            lambda: _refused_dry_run(agent, f"/api/v1/nodes/{node_a}", label),
+            30,
+            "the agent's node fields to be enforced",
+        )
+        assert f"{OWN_FIELDS_WHY}, not metadata.labels[gpupool.io/probe]" in await _forbidden(
+            agent.patch(f"/api/v1/nodes/{node_a}", label)
+        )
+        taint = {"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}
+        assert f"{OWN_FIELDS_WHY}, not spec" in await _forbidden(
+            agent.patch(f"/api/v1/nodes/{node_a}", taint)
+        )
+        cordon = {"spec": {"unschedulable": True}}
+        assert f"{OWN_FIELDS_WHY}, not spec" in await _forbidden(
+            agent.patch(f"/api/v1/nodes/{node_a}", cordon)
+        )
+        cpu = {"status": {"allocatable": {"cpu": "512"}}}
+        assert "not status.allocatable[cpu]" in await _forbidden(
+            agent.patch(f"/api/v1/nodes/{node_a}/status", cpu)
+        )
+        stored = await api.get(f"/api/v1/nodes/{node_a}")
+        assert "gpupool.io/probe" not in stored["metadata"]["labels"]
+        assert not stored["spec"].get("taints")
+        assert not stored["spec"].get("unschedulable")
         # node B: refused, also through nodes/status and through the agent's own code; the
         # node policy is waited for as the fixture waits for the pod policy (an API server
         # enforces each newly written policy after its own delay; once, in a clean-clone run

@@ -20,7 +20,7 @@ import pytest
 from gpupool.devcluster.certs import SecretVolume, write_serving_cert
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
-from gpupool.kube.client.api import ApiError, KubeAPI
+from gpupool.kube.client.api import MERGE_PATCH, ApiError, KubeAPI
 from gpupool.kube.install.crds import install_crds
 from gpupool.webhook.configuration import (
     FailurePolicy,
@@ -109,6 +109,47 @@ async def as_webhook_role(api: KubeAPI, control_plane: LocalControlPlane) -> Pat
     """A kubeconfig for a user bound to exactly the ClusterRole of deploy/webhook.yaml."""
     await grant_cluster_role(api, DEPLOY, USER)
     return control_plane.user_kubeconfig(USER)
+
+
+async def test_a_down_webhook_blocks_only_updates_of_the_fields_it_judges(
+    api: KubeAPI, namespace: str, registration: Registration, start_webhook: StartWebhook
+) -> None:
+    """A Job controller's finalizer edit of a GPU pod gets through while no replica answers.
+
+    ``failurePolicy: Fail`` still holds for what the webhook judges on update (the queue and
+    class labels, the allocation annotation): the configuration's ``judged-update`` condition
+    only keeps the other updates from being sent at all.
+    """
+    await queue(api, f"q-{namespace}", namespace)
+    process = start_webhook()
+    await registration.point_at(process, "Fail")
+    await eventually(lambda: routed(api, namespace), "the webhook to be called")
+    body = pod("job-pod", {"gpupool.io/gpu": "1"}, finalizers=["batch.kubernetes.io/job-tracking"])
+    await eventually(lambda: _admitted(api, namespace, body), "the webhook to see the queue")
+    await create_pod(api, namespace, body)
+    assert process.stop() == 0
+    path = f"/api/v1/namespaces/{namespace}/pods/job-pod"
+
+    async def judged_update_refused() -> bool:
+        relabel = {"metadata": {"labels": {"gpupool.io/class": "other"}}}
+        try:
+            await api.request("PATCH", path, body=relabel, params={"dryRun": "All"},
+                              content_type=MERGE_PATCH)  # fmt: skip
+        except ApiError as error:
+            return "failed calling webhook" in error.message
+        return False
+
+    await eventually(judged_update_refused, "the API server to find the webhook down")
+    with pytest.raises(ApiError) as refused:  # the allocation annotation: still closed
+        await api.patch(path, {"metadata": {"annotations": {"gpupool.io/allocation": "{}"}}})
+    assert 'failed calling webhook "pods.mutate.gpupool.io"' in refused.value.message
+    await api.patch(path, {"metadata": {"labels": {"job-name": "x"}}})  # not judged: admitted
+    await api.delete(path)  # the pod is kept (Terminating) by its finalizer
+    assert (await api.get(path))["metadata"].get("deletionTimestamp")
+    await api.patch(path, {"metadata": {"finalizers": None}})  # the Job controller's last edit
+    with pytest.raises(ApiError) as gone:
+        await api.get(path)
+    assert gone.value.status == 404
 
 
 async def test_the_api_server_has_a_gpu_pod_routed_queued_and_classed(

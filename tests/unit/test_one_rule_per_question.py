@@ -12,7 +12,10 @@ webhook's facts cache and review. Each must answer the same:
   serve (with and without a queue label), a label naming a queue that does not serve the
   namespace (ignored; the webhook refuses it), and a namespace no queue serves;
 * how many pods a GPU may hold, for each of those nodes (the default pool's number on a node
-  in no GPUPool, none on a contested node).
+  in no GPUPool, none on a contested node);
+* how much compute and memory one GPU may hand out: the scheduler packs a Shared pool's
+  overcommitted GPU to the capacity the agent lets shares start on (the agent refused every
+  hand-off past the physical GPU, so pods the scheduler placed never started).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import msgspec
 import pytest
 
 from gpupool.agent.fakenvml import FakeNvml
+from gpupool.agent.grants import GpuCapacity, gpu_capacities
 from gpupool.agent.handoff import HandoffConfig
 from gpupool.agent.service import Agent, AgentConfig
 from gpupool.kube.client.api import KubeAPI
@@ -53,7 +57,12 @@ def _object(name: str, spec: Json) -> Json:
 POOLS = [
     _object("train", {"mode": "Exclusive", "nodeSelector": {"pool": "x"}}),
     _object(
-        "dev", {"mode": "Shared", "nodeSelector": {"pool": "s"}, "shared": {"maxPodsPerGPU": 6}}
+        "dev",
+        {
+            "mode": "Shared",
+            "nodeSelector": {"pool": "s"},
+            "shared": {"maxPodsPerGPU": 6, "computeOvercommit": 2, "memoryOvercommit": 1.5},
+        },
     ),
     _object("gold", {"mode": "Shared", "nodeSelector": {"tier": "gold"}}),
 ]
@@ -70,6 +79,8 @@ NODES = {
 }
 POOL_OF = {"x0": "train", "s0": "dev", "both": None, "free": "default"}
 PODS_PER_GPU = {"x0": 1, "s0": 6, "both": 0, "free": DEFAULT_MAX_PODS_PER_GPU}
+OVERCOMMIT = {"s0": (2.0, 1.5)}
+"""(compute, memory) overcommit of the nodes in a Shared pool that sets one; 1.0 elsewhere."""
 PODS = {
     # name: (namespace, queue label or None, the queue it is charged to)
     "p-solo": ("solo", None, "solo"),
@@ -238,3 +249,33 @@ async def test_how_many_pods_a_gpu_may_hold(
         by_agent[name] = len(agent.board.devices(RESOURCE_GPU)) // 8
         await api.close()
     assert by_agent == PODS_PER_GPU
+
+
+async def test_how_much_of_a_gpu_may_be_handed_out(
+    scheduled: tuple[LiveScheduler, ApiServer], tmp_path: Path
+) -> None:
+    scheduler, _ = scheduled
+    snapshot = scheduler.state.snapshot
+    assert snapshot is not None
+    for name in NODES:
+        if POOL_OF[name] is None:
+            continue  # a contested node takes no GPU pods at all
+        api = _api(ApiServer())
+        handoff = HandoffConfig(name, tmp_path / name / "cdi", tmp_path / name / "state")
+        nvml = FakeNvml.preset("h100", name)
+        agent = Agent(AgentConfig(handoff), nvml, api, kubelet=None)  # type: ignore[arg-type]
+        await agent.refresh_inventory()
+        await api.close()
+        assert agent.overcommit() == OVERCOMMIT.get(name, (1.0, 1.0))
+        by_agent = gpu_capacities(nvml.devices(), agent.overcommit())
+        row = snapshot.node_index[name]
+        by_scheduler = {
+            gpu.uuid: GpuCapacity(
+                int(snapshot.gpu_milli_capacity[row, gpu.index]),
+                int(snapshot.gpu_memory_capacity[row, gpu.index]),
+            )
+            for gpu in nvml.devices()
+        }
+        assert by_agent == by_scheduler, name
+    overcommitted = gpu_capacities(FakeNvml.preset("h100", "s0").devices(), OVERCOMMIT["s0"])
+    assert {c.milli for c in overcommitted.values()} == {2000}

@@ -27,7 +27,14 @@ from typing import Protocol
 from gpupool.agent import checkpoint, mps
 from gpupool.agent.cdi import CLAIM, device_name, remove_spec, spec_path, spec_tokens, write_spec
 from gpupool.agent.dra_grants import ClaimGrant, claim_grant, claim_signature_problem
-from gpupool.agent.grants import Grant, HandoffRefusedError, check_capacity
+from gpupool.agent.grants import (
+    NO_OVERCOMMIT,
+    Grant,
+    HandoffRefusedError,
+    Overcommit,
+    check_capacity,
+    gpu_capacities,
+)
 from gpupool.agent.handoff import HandoffConfig, KeySource
 from gpupool.agent.isolation import host_checked_edits
 from gpupool.agent.nvml import GpuDevice
@@ -63,12 +70,14 @@ class ClaimPreparer:
         keys: KeySource,
         inventory: Callable[[], tuple[GpuDevice, ...]],
         other_grants: Callable[[], Iterable[Grant]] = tuple,
+        overcommit: Callable[[], Overcommit] = lambda: NO_OVERCOMMIT,
     ) -> None:
         self.config = config
         self._claims = claims
         self._keys = keys
         self._inventory = inventory
         self._other_grants = other_grants
+        self._overcommit = overcommit
         self._lock = asyncio.Lock()
         self.prepared: dict[str, ClaimGrant] = self._load()
         for orphan in spec_tokens(config.cdi_dir, CLAIM) - set(self.prepared):
@@ -113,9 +122,8 @@ class ClaimPreparer:
             problem = claim_signature_problem(claim, await self._keys.verifier(fresh=True))
         if problem is not None:
             raise HandoffRefusedError(f"claim {claim.key}: {problem}; refusing it")
-        memory = {gpu.uuid: gpu.memory_mib for gpu in inventory}
         others = [*self.prepared.values(), *self._other_grants()]
-        check_capacity(grant, others, memory)
+        check_capacity(grant, others, gpu_capacities(inventory, self._overcommit()))
         edits = host_checked_edits(grant, self.config.isolation)
         mps.publish(self.config.isolation, [*others, grant], inventory)
         write_spec(self.config.cdi_dir, grant.claim_uid, edits, CLAIM)

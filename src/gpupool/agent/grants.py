@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gpupool.agent.nvml import GpuDevice
-from gpupool.core.model import MILLI_PER_GPU
+from gpupool.core.model import MILLI_PER_GPU, overcommitted
 from gpupool.kube.objects.allocation import AllocationFormatError, AllocationRecord, decode
 from gpupool.kube.objects.quantity import QuantityError, to_count
 from gpupool.kube.objects.records import Container, PodRecord
@@ -111,11 +111,44 @@ class ContainerGrant:
         return {"GPUPOOL_POD_UID": self.pod_uid}
 
 
-def check_capacity(wanted: Grant, others: Iterable[Grant], memory: Mapping[str, int]) -> None:
+@dataclass(frozen=True, slots=True)
+class GpuCapacity:
+    """What one GPU may hand out: compute in milli-GPU and memory in MiB."""
+
+    milli: int
+    memory_mib: int
+
+
+Overcommit = tuple[float, float]
+"""The (compute, memory) overcommit of the node's pool (``policy.membership.GpuSharing``)."""
+NO_OVERCOMMIT: Overcommit = (1.0, 1.0)
+
+
+def gpu_capacities(
+    devices: Iterable[GpuDevice], overcommit: Overcommit = NO_OVERCOMMIT
+) -> dict[str, GpuCapacity]:
+    """Each GPU's capacity by UUID under the pool's overcommit, as the scheduler packs it.
+
+    The rounding is the scheduler's (:func:`gpupool.core.model.overcommitted`), so a share it
+    placed on an overcommitted GPU is never refused here.
+    """
+    compute, memory = overcommit
+    return {
+        gpu.uuid: GpuCapacity(
+            overcommitted(MILLI_PER_GPU, compute), overcommitted(gpu.memory_mib, memory)
+        )
+        for gpu in devices
+    }
+
+
+def check_capacity(
+    wanted: Grant, others: Iterable[Grant], capacity: Mapping[str, GpuCapacity]
+) -> None:
     """Refuse ``wanted`` if, with the ``others`` live now, it would oversubscribe a GPU.
 
     Grants of the same owner do not count against each other (a pod's containers, a claim
-    prepared again). ``memory`` is each GPU's memory by UUID.
+    prepared again). ``capacity`` is each GPU's by UUID (:func:`gpu_capacities`: the physical
+    GPU, or more under a Shared pool's overcommit).
 
     Raises:
         HandoffRefusedError: A GPU would be shared while exclusive, or over its compute or
@@ -137,11 +170,11 @@ def check_capacity(wanted: Grant, others: Iterable[Grant], memory: Mapping[str, 
             )
         milli = gpu.milli + sum(m for m, _, _ in holders.values())
         used = gpu.memory_mib + sum(b for _, b, _ in holders.values())
-        if milli > MILLI_PER_GPU or used > memory.get(gpu.uuid, 0):
+        limit = capacity.get(gpu.uuid, GpuCapacity(MILLI_PER_GPU, 0))
+        if milli > limit.milli or used > limit.memory_mib:
             raise HandoffRefusedError(
                 f"{wanted.owner}: GPU {gpu.uuid} would be oversubscribed "
-                f"(compute {milli}/{MILLI_PER_GPU} milli, memory {used}/"
-                f"{memory.get(gpu.uuid, 0)} MiB)"
+                f"(compute {milli}/{limit.milli} milli, memory {used}/{limit.memory_mib} MiB)"
             )
 
 

@@ -39,10 +39,13 @@ from typing import Protocol
 from gpupool.agent import checkpoint, mps
 from gpupool.agent.cdi import remove_spec, spec_tokens, write_spec
 from gpupool.agent.grants import (
+    NO_OVERCOMMIT,
     ContainerGrant,
     Grant,
     HandoffRefusedError,
+    Overcommit,
     check_capacity,
+    gpu_capacities,
     grant_for,
 )
 from gpupool.agent.isolation import IsolationConfig, host_checked_edits
@@ -157,9 +160,11 @@ class Handoff:
         report: Report | None = None,
         clock: Callable[[], float] = time.time,
         other_grants: Callable[[], Iterable[Grant]] = tuple,
+        overcommit: Callable[[], Overcommit] = lambda: NO_OVERCOMMIT,
     ) -> None:
         self.config = config
         self._other_grants = other_grants
+        self._overcommit = overcommit
         self._pods = pods
         self._keys = keys
         self._report = report
@@ -312,8 +317,7 @@ class Handoff:
             and (entry.resource, frozenset(entry.device_ids)) in live
         ]
         others.extend(self._other_grants())
-        memory = {gpu.uuid: gpu.memory_mib for gpu in self._inventory()}
-        check_capacity(grant, others, memory)
+        check_capacity(grant, others, gpu_capacities(self._inventory(), self._overcommit()))
 
     # --- collection --------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""How many devices each GPU is advertised as: the pods one GPU of this node may hold.
+"""How this node's GPUs may be shared: devices advertised per GPU, and capacity under overcommit.
 
 The node's pool and its pods per GPU are decided by the rules the scheduler uses
 (:func:`gpupool.policy.membership.node_pool` and :func:`~gpupool.policy.membership.pods_per_gpu`,
@@ -22,19 +22,19 @@ from typing import Any
 
 from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.policy.config import parse_objects
-from gpupool.policy.membership import node_pool, pods_per_gpu
+from gpupool.policy.membership import GpuSharing, gpu_sharing, node_pool
 
 POOLS_PATH = "/apis/gpupool.io/v1alpha1/gpupools"
 
 
-def slots_for(pools: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> int:
-    """Devices per GPU for a node with ``labels`` among ``pools`` (raw GPUPool objects)."""
+def sharing_for(pools: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> GpuSharing:
+    """How GPUs of a node with ``labels`` among ``pools`` (raw GPUPool objects) are shared."""
     config, _ = parse_objects(pools, [])
-    return pods_per_gpu(node_pool(config.pools, labels).pool)
+    return gpu_sharing(node_pool(config.pools, labels).pool)
 
 
-async def node_slots(api: KubeAPI, node: str, published: Mapping[str, str | None]) -> int:
-    """Devices per GPU for ``node``, from the GPUPools in the cluster.
+async def node_sharing(api: KubeAPI, node: str, published: Mapping[str, str | None]) -> GpuSharing:
+    """How ``node``'s GPUs are shared, from the GPUPools in the cluster.
 
     Args:
         api: The API port.
@@ -53,4 +53,4 @@ async def node_slots(api: KubeAPI, node: str, published: Mapping[str, str | None
         if error.status != 404:
             raise
         pools = []  # the CRDs are not installed: no pools, as the scheduler sees it too
-    return slots_for(pools, labels)
+    return sharing_for(pools, labels)

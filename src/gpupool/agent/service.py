@@ -22,12 +22,13 @@ from gpupool.agent.devices import advertised
 from gpupool.agent.dra_plugin import DraPluginHost
 from gpupool.agent.dra_prepare import ClaimPreparer
 from gpupool.agent.dra_slice import ResourceSlicePublisher
+from gpupool.agent.grants import NO_OVERCOMMIT, Overcommit
 from gpupool.agent.handoff import Handoff, HandoffConfig
 from gpupool.agent.inventory import NodePublisher, gpu_labels, publication
 from gpupool.agent.keys import EventReporter, PublishedKey
 from gpupool.agent.nvml import Nvml
 from gpupool.agent.podresources import PodResourcesSource
-from gpupool.agent.pools import node_slots
+from gpupool.agent.pools import node_sharing
 from gpupool.agent.registration import PluginHost
 from gpupool.agent.telemetry import (
     AgentMetrics,
@@ -41,6 +42,7 @@ from gpupool.kube.objects.dra import API_PREFIX, ResourceClaim
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.usage_signal import encode_usage
 from gpupool.kube.objects.vocabulary import ANNOTATION_GPU_USAGE
+from gpupool.policy.membership import GpuSharing
 from gpupool.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
@@ -161,9 +163,15 @@ class Agent:
             keys,
             EventReporter(api, config.handoff.node).untrusted,
             other_grants=lambda: self.preparer.grants(),
+            overcommit=self.overcommit,
         )
         self.preparer = ClaimPreparer(
-            config.handoff, ApiClaims(api), keys, nvml.devices, other_grants=self.handoff.grants
+            config.handoff,
+            ApiClaims(api),
+            keys,
+            nvml.devices,
+            other_grants=self.handoff.grants,
+            overcommit=self.overcommit,
         )
         self.host = PluginHost(config.plugin_dir, self.board, self.handoff)
         self.slices = ResourceSlicePublisher(api, config.handoff.node)
@@ -179,9 +187,16 @@ class Agent:
         self._publisher = NodePublisher(
             api, config.handoff.node, allocatable=config.publish_allocatable
         )
-        self._slots: int | None = None
+        self._sharing: GpuSharing | None = None
         self._pool_read_at: float | None = None
         self._slice_read_at: float | None = None
+
+    def overcommit(self) -> Overcommit:
+        """The node's pool's (compute, memory) overcommit, as last read (none before)."""
+        sharing = self._sharing
+        if sharing is None:
+            return NO_OVERCOMMIT
+        return sharing.compute_overcommit, sharing.memory_overcommit
 
     async def refresh_inventory(self) -> None:
         """Read NVML (and the pool when due); update the advertised devices and the Node.
@@ -192,18 +207,20 @@ class Agent:
         """
         now = time.monotonic()
         devices = self.nvml.devices()
-        slots = self._slots
+        sharing = self._sharing
         due = self._pool_read_at is None or now - self._pool_read_at >= self.config.pool_period
-        if slots is None or due:
+        if sharing is None or due:
             try:
-                slots = await node_slots(self.api, self.config.handoff.node, gpu_labels(devices))
-                self._slots, self._pool_read_at = slots, now
+                sharing = await node_sharing(
+                    self.api, self.config.handoff.node, gpu_labels(devices)
+                )
+                self._sharing, self._pool_read_at = sharing, now
             except ApiError as error:
-                if slots is None:
+                if sharing is None:
                     raise
-                log.warning("pool lookup failed (%s); keeping %d devices per GPU", error, slots)
-        await self.board.update(advertised(devices, slots))
-        await self._publisher.publish(publication(devices, slots))
+                log.warning("pool lookup failed (%s); keeping %s", error, sharing)
+        await self.board.update(advertised(devices, sharing.pods_per_gpu))
+        await self._publisher.publish(publication(devices, sharing.pods_per_gpu))
         if self.dra_host is not None:
             # read back now and then: the kubelet deletes the node's slices when it starts
             due = (

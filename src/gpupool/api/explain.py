@@ -21,7 +21,7 @@ from gpupool.core.model import PodSpec, RequestKind
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.workload import Workload
-from gpupool.scheduling.candidates import candidate_nodes
+from gpupool.scheduling.candidates import candidate_nodes, could_hold
 
 CLOSEST = 3
 """How many candidate nodes an explanation lists."""
@@ -67,20 +67,7 @@ def _could_fit(
     spec = waiting.spec
     if spec is None:
         return np.zeros(snapshot.size, dtype=bool)
-    fits = (
-        (snapshot.gpu_count >= spec.gpu_count)
-        & (snapshot.cpu_capacity >= spec.cpu_milli)
-        & (snapshot.memory_capacity >= spec.memory_mib)
-    )
-    if spec.gpu_count:
-        fits &= snapshot.gpu_memory_capacity.max(axis=1) >= spec.gpu_memory_mib
-    if spec.extra_resources:
-        fits &= snapshot.extras.could_ever_fit(spec.extra_resources, snapshot.size)
-    if spec.kind is RequestKind.MIG:
-        profiles = snapshot.mig_profiles
-        if spec.mig_profile not in profiles:
-            return np.zeros(snapshot.size, dtype=bool)
-        fits &= snapshot.mig_capacity[:, profiles.index(spec.mig_profile)] >= 1
+    fits = could_hold(snapshot, spec)
     workload = waiting.workload or Workload(pod=spec)
     return fits & candidate_nodes(snapshot, policy, workload)
 

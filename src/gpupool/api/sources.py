@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from gpupool.api.model import Pool, Queue
 from gpupool.api.view import PodInfo, Waiting, pools_of, queues_of, team_of
+from gpupool.core.constraints import RequiredTerms
 from gpupool.core.model import PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.kube.objects.records import PodRecord
@@ -32,6 +33,7 @@ from gpupool.kube.scheduler.claim_ledger import claim_payers
 from gpupool.kube.scheduler.claims import claim_key
 from gpupool.kube.scheduler.intake import pod_order
 from gpupool.kube.scheduler.live import LiveScheduler
+from gpupool.kube.scheduler.volume_binding import volume_groups, with_groups
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.membership import pod_queue
 from gpupool.policy.spec import QueueSpec
@@ -198,17 +200,19 @@ def _waiting(
     entries: Mapping[str, tuple[str, int]],
     team: Team,
     queues: Sequence[QueueSpec],
+    volumes: Mapping[str, tuple[RequiredTerms, ...]],
 ) -> list[Waiting]:
     """Pending pods in the scheduler's order, from records and (reason, attempts) per uid.
 
     ``queues`` decide each pod's class as the scheduler decides it, so the API never shows a
-    class the pod's queue does not allow.
+    class the pod's queue does not allow; ``volumes``: what each pod's volumes require of its
+    node, so an explanation offers only nodes its volumes can be mounted on.
     """
     result = []
     for pod in sorted((pods[uid] for uid in entries if uid in pods), key=pod_order):
         reason, attempts = entries[pod.metadata.uid]
         try:
-            spec = pod_spec(pod)
+            spec = with_groups(pod_spec(pod), volumes.get(pod.metadata.uid, ()))
         except InvalidObjectError:
             result.append(Waiting(None, _info(pod, team), reason, attempts))
             continue
@@ -286,11 +290,23 @@ class LiveView:
     def waiting(self) -> list[Waiting]:
         """The pending pods of this scheduler with the queue's reasons."""
         queues = self.scheduler.policies.config.queues
-        return _waiting(self.scheduler.state.pods, self._entries(), charged_queue(queues), queues)
+        entries = self._entries()
+        pods = self.scheduler.state.pods
+        return _waiting(pods, entries, charged_queue(queues), queues, self._volumes(entries))
 
     def policy(self) -> ClusterPolicy | None:
         """The leader's compiled pools and queues (for its current snapshot)."""
         return self.scheduler.book.policy if self.scheduler.state.snapshot is not None else None
+
+    def _volumes(self, entries: Mapping[str, object]) -> dict[str, tuple[RequiredTerms, ...]]:
+        """What each pending pod's volumes require of its node (read here, in the loop)."""
+        state = self.scheduler.state
+        found = {}
+        for uid in entries:
+            pod = state.pods.get(uid)
+            if pod is not None and (groups := volume_groups(pod, state.volumes, state)):
+                found[uid] = groups
+        return found
 
     def _entries(self) -> dict[str, tuple[str, int]]:
         entries = self.scheduler.queue.entries
@@ -323,6 +339,7 @@ class LiveView:
         state = self.scheduler.state
         pods = dict(state.pods)
         entries = self._entries()
+        volumes = self._volumes(entries)
         queues = self.scheduler.policies.config.queues
         team = charged_queue(queues)
         return DetachedView(
@@ -330,7 +347,7 @@ class LiveView:
             state.snapshot.copy() if state.snapshot is not None else None,
             _who(pods, team, _claim_holders(self.scheduler, team)),
             dict(state.uuids),
-            lambda: _waiting(pods, entries, team, queues),
+            lambda: _waiting(pods, entries, team, queues, volumes),
             tuple(self.pools()),
             tuple(self.queues()),
             compiled=self.policy(),

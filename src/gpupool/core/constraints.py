@@ -21,7 +21,12 @@ The semantics are kube-scheduler's (NodeAffinity, TaintToleration):
   off the node; ``PreferNoSchedule`` keeps nobody off;
 * a toleration tolerates a taint when its effect is empty or the same, and either its operator
   is ``Exists`` and its key empty or the taint's, or its operator is ``Equal`` with the taint's
-  key and value.
+  key and value;
+* a :class:`RequiredTerms` group (what a pod's volumes require of its node: a PersistentVolume's
+  node affinity, the nodes a WaitForFirstConsumer claim can be bound or provisioned on) holds
+  when any of its terms does, and every group must hold besides the pod's own affinity: a pod
+  affinity and a volume's are ANDed, as kube-scheduler's NodeAffinity and VolumeBinding are two
+  filters. Each group carries the reason a node failing it is counted under.
 
 Values are checked when made, as the API server checks pods, and an error names the field.
 """
@@ -39,6 +44,8 @@ BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 TOLERATION_OPERATORS = ("Equal", "Exists")
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 NODE_NAME_FIELD = "metadata.name"
+MAX_PREFERRED_WEIGHT = 100
+"""Largest weight of a preferred node-affinity term (the API server's limit)."""
 """The one node field a ``matchFields`` requirement may read."""
 
 
@@ -188,6 +195,44 @@ class SelectorTerm:
 
 
 @dataclass(frozen=True, slots=True)
+class RequiredTerms:
+    """Node-affinity terms of which one must hold, required besides the pod's own affinity.
+
+    Attributes:
+        reason: What a node failing them is counted under ("node(s) didn't match
+            PersistentVolume's node affinity"); groups with one reason make one check.
+        terms: The terms, any of which may hold; none: no node can (a claim bound to a volume
+            that does not exist, a claim no volume can be found for).
+    """
+
+    reason: str
+    terms: tuple[SelectorTerm, ...] = ()
+
+    def holds(self, labels: Mapping[str, str], name: str) -> bool:
+        """Whether a node with ``labels`` and ``name`` meets one of the terms."""
+        return any(term.holds(labels, name) for term in self.terms)
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredTerm:
+    """A preferred node-affinity term: nodes it holds on gain ``weight`` (kube: 1..100).
+
+    Attributes:
+        weight: What a node meeting the term gains.
+        term: The term.
+    """
+
+    weight: int
+    term: SelectorTerm
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.weight <= MAX_PREFERRED_WEIGHT:
+            raise InvalidSpecError(
+                "preferred term", "weight", f"must be 1..{MAX_PREFERRED_WEIGHT}, got {self.weight}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
 class NodeConstraints:
     """A pod's node selector, required node affinity and tolerations.
 
@@ -197,11 +242,17 @@ class NodeConstraints:
         affinity: Required node-affinity terms (any may hold); ``None`` when the pod has none.
             An empty tuple matches no node, as in Kubernetes.
         tolerations: The taints the pod tolerates.
+        required: Further groups of terms that must all hold (the pod's volumes'), each with
+            its own reason (:class:`RequiredTerms`).
+        preferred: Weighted terms that filter nothing and rank nodes
+            (:mod:`gpupool.core.node_preference`).
     """
 
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity: tuple[SelectorTerm, ...] | None = None
     tolerations: tuple[Toleration, ...] = ()
+    required: tuple[RequiredTerms, ...] = ()
+    preferred: tuple[PreferredTerm, ...] = ()
 
     def __post_init__(self) -> None:
         if list(self.node_selector) != sorted(dict(self.node_selector).items()):
@@ -215,24 +266,42 @@ class NodeConstraints:
         node_selector: Mapping[str, str] | None = None,
         affinity: Iterable[SelectorTerm] | None = None,
         tolerations: Iterable[Toleration] = (),
+        required: Iterable[RequiredTerms] = (),
+        preferred: Iterable[PreferredTerm] = (),
     ) -> NodeConstraints:
-        """Constraints from a selector mapping, affinity terms and tolerations."""
+        """Constraints from a selector mapping, affinity terms, tolerations and groups."""
         return cls(
             node_selector=tuple(sorted((node_selector or {}).items())),
             affinity=None if affinity is None else tuple(affinity),
             tolerations=tuple(tolerations),
+            required=tuple(required),
+            preferred=tuple(preferred),
         )
 
     @property
     def empty(self) -> bool:
         """Whether it constrains nothing (only the node's own state still applies)."""
-        return not self.node_selector and self.affinity is None and not self.tolerations
+        return (
+            not self.node_selector
+            and self.affinity is None
+            and not self.tolerations
+            and not self.required
+            and not self.preferred
+        )
 
     def selects(self, labels: Mapping[str, str], name: str) -> bool:
         """Whether a node with ``labels`` and ``name`` meets the selector and the affinity."""
         if any(labels.get(key) != value for key, value in self.node_selector):
             return False
         return self.affinity is None or any(term.holds(labels, name) for term in self.affinity)
+
+    def required_reasons(self) -> tuple[str, ...]:
+        """The distinct reasons of :attr:`required`, in order (one node check each)."""
+        return tuple(dict.fromkeys(group.reason for group in self.required))
+
+    def meets_required(self, reason: str, labels: Mapping[str, str], name: str) -> bool:
+        """Whether a node meets every group of :attr:`required` counted under ``reason``."""
+        return all(g.holds(labels, name) for g in self.required if g.reason == reason)
 
     def tolerates(self, taints: Iterable[Taint]) -> bool:
         """Whether every blocking taint among ``taints`` is tolerated."""

@@ -17,7 +17,8 @@ The checks mirror the FGD simulator's filter (NodeResourcesFit plus Open-Gpu-Sha
   (:mod:`gpupool.core.resources`, kube's NodeResourcesFit and NodePorts).
 
 Checks that do not depend on what runs on a node (:func:`node_checks`: readiness, cordon,
-untolerated taints, the node selector and required affinity) are the same for every pod with
+untolerated taints, the node selector, required affinity and what the pod's volumes require
+of the node) are the same for every pod with
 the same constraints; they are compiled into masks once per distinct constraint set and node
 inventory (cached on the snapshot, bounded) and shared by the filter, :func:`fits_on_node` and
 :func:`admissible` (which adds the GPU model), so the filter, preemption's victim search and
@@ -32,6 +33,7 @@ import numpy as np
 
 from gpupool.core.constraints import NO_CONSTRAINTS, NodeConstraints
 from gpupool.core.model import PodSpec, RequestKind
+from gpupool.core.pod_relative import fits_neighbours, pod_checks, static_mask
 from gpupool.core.resources import REASON_PORTS
 from gpupool.core.snapshot import BoolArray, ClusterSnapshot, IntArray
 
@@ -159,8 +161,19 @@ def _compile(snapshot: ClusterSnapshot, constraints: NodeConstraints) -> tuple[N
             else [],
         ),
     )
+    labels = [dict(node.labels) for node in nodes] if constraints.required else []
+    volumes = tuple(  # the pod's volumes' groups: one check per reason (kube's VolumeBinding)
+        (
+            reason,
+            [
+                constraints.meets_required(reason, lab, n.name)
+                for lab, n in zip(labels, nodes, strict=True)
+            ],
+        )
+        for reason in constraints.required_reasons()
+    )
     checks = []
-    for reason, values in masks:
+    for reason, values in (*masks, *volumes):
         if values and not all(values):
             mask = np.array(values, dtype=np.bool_)
             mask.setflags(write=False)
@@ -177,7 +190,8 @@ def admissible(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray:
     mask = mask_of(snapshot.size, node_checks(snapshot, pod.constraints))
     if pod.kind is RequestKind.WHOLE or pod.kind is RequestKind.SHARE:
         mask &= snapshot.model_mask(pod.gpu_models)
-    return mask
+    keys = static_mask(snapshot, pod)  # pod-relative rules: only a missing topology key
+    return mask if keys is None else mask & keys
 
 
 def fits_on_node(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bool:
@@ -196,6 +210,8 @@ def fits_on_node(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bool:
     if not all(passed[node] for _, passed in node_checks(snapshot, pod.constraints)):
         return False
     if (pod.extra_resources or pod.host_ports) and not _extras_fit(snapshot, pod, node):
+        return False
+    if not fits_neighbours(snapshot, pod, node):  # after a what-if's removals too
         return False
     kind = pod.kind
     if kind is RequestKind.MIG:
@@ -275,6 +291,7 @@ def filter_nodes(
     checks.append((REASON_PODS, snapshot.pods_free >= 1))
     if pod.extra_resources or pod.host_ports:
         checks.extend(resource_checks(snapshot, pod))
+    checks.extend(pod_checks(snapshot, pod))  # affinity, anti-affinity, topology spread
     mask = checks[0][1].copy()
     for _, passed in checks[1:]:
         mask &= passed

@@ -5,7 +5,8 @@ Learning is separate from deciding: the caller shows each arriving pod to the po
 :meth:`Scheduler.schedule` is a pure request -> decision that may be asked again and again for a
 pod that waits, or for a what-if, without teaching the policy anything twice. One cycle for one
 pod: ``filter`` (a mask over nodes, :mod:`gpupool.core.filtering`), ``score`` (one array over
-nodes from the policy), select (highest score, ties broken by a fixed node order), and GPU choice
+nodes from the policy), select (highest score, ties broken first by kube's soft pod rules,
+preferred inter-pod affinity and ScheduleAnyway spread, then by a fixed node order), and GPU choice
 inside the chosen node. The result is a decision (:mod:`gpupool.core.decisions`); applying it
 (reserve and bind) is the backend's job, so the cycle itself never mutates the snapshot.
 
@@ -25,6 +26,7 @@ import numpy.typing as npt
 from gpupool.core.decisions import Bind, Decision, Reject
 from gpupool.core.filtering import NodeCheck, filter_nodes
 from gpupool.core.model import PodSpec
+from gpupool.core.pod_relative import prefer
 from gpupool.core.snapshot import Allocation, BoolArray, ClusterSnapshot, IntArray
 
 FloatArray = npt.NDArray[np.float64]
@@ -83,7 +85,7 @@ class Scheduler:
             node = int(feasible[0])
         else:
             scores = self.policy.score(snapshot, pod, result.mask)
-            node, score = self._select(scores, feasible)
+            node, score = self._select(scores, feasible, snapshot, pod)
         gpus = self.policy.select_gpus(snapshot, pod, node)
         return Bind(
             pod=pod,
@@ -94,10 +96,13 @@ class Scheduler:
             feasible_nodes=int(feasible.size),
         )
 
-    def _select(self, scores: FloatArray, feasible: IntArray) -> tuple[int, float]:
+    def _select(
+        self, scores: FloatArray, feasible: IntArray, snapshot: ClusterSnapshot, pod: PodSpec
+    ) -> tuple[int, float]:
         candidate_scores = scores[feasible]
         best = candidate_scores.max()
-        tied = feasible[candidate_scores == best]
+        # preferred (anti-)affinity and ScheduleAnyway spread break the policy's ties only
+        tied = prefer(snapshot, pod, feasible[candidate_scores == best])
         if tied.size > 1 and self.tie_rank is not None:
             node = int(tied[np.argmin(self.tie_rank[tied])])
         else:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gpupool.core.constraints import NodeConstraints, Taint
+    from gpupool.core.pod_terms import PodTerms
 
 MILLI_PER_GPU = 1000
 """Compute share of one whole GPU, in milli-GPU."""
@@ -59,6 +60,16 @@ class RequestKind(enum.Enum):
     """A fraction (``gpu_milli`` < 1000 and/or a memory cap) of each of ``gpu_count`` GPUs."""
     MIG = "mig"
     """One MIG slice of profile ``mig_profile``."""
+
+
+def overcommitted(physical: int, ratio: float) -> int:
+    """A GPU quantity's capacity under an overcommit ``ratio`` (rounded down).
+
+    One rule for the scheduler's snapshot (what it packs) and the node agent's hand-off check
+    (what it lets start): when each rounded on its own, a share the scheduler placed could be
+    refused on the node by one MiB.
+    """
+    return int(physical * ratio)
 
 
 def _require_non_negative(owner: str, name: str, value: int) -> None:
@@ -189,6 +200,13 @@ class PodSpec:
             kube-scheduler's NodeResourcesFit checks them: a node without one in allocatable
             has none of it. Stored sorted, zero amounts dropped.
         host_ports: Ports the pod binds on its node (NodePorts); stored sorted.
+        namespace: The pod's namespace, which other pods' affinity terms and spread
+            constraints match against (empty in the simulator).
+        labels: The pod's labels as sorted ``(key, value)`` pairs, for the same matching.
+            Neither takes part in equality: they say who the pod is (as its name does), not
+            what it asks for, so equal requests still compare and hash as cheaply as before.
+        terms: Inter-pod (anti-)affinity and topology spread (:mod:`gpupool.core.pod_terms`);
+            ``None`` when the pod has none (stored so when empty, like ``constraints``).
     """
 
     name: str
@@ -203,6 +221,9 @@ class PodSpec:
     constraints: NodeConstraints | None = None
     extra_resources: ExtraResources = ()
     host_ports: tuple[HostPort, ...] = ()
+    namespace: str = field(default="", compare=False)
+    labels: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    terms: PodTerms | None = None
     _kind: RequestKind = field(default=RequestKind.NONE, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -214,6 +235,8 @@ class PodSpec:
             object.__setattr__(self, "extra_resources", extras)
         if self.host_ports:
             object.__setattr__(self, "host_ports", tuple(sorted(self.host_ports)))
+        if self.terms is not None and self.terms.empty:
+            object.__setattr__(self, "terms", None)
         # derived once: every filter, score and policy rule asks for it
         object.__setattr__(self, "_kind", self._derive_kind())
 
@@ -225,6 +248,8 @@ class PodSpec:
             _require_non_negative(owner, name, getattr(self, name))
         if self.gpu_milli > MILLI_PER_GPU:
             raise InvalidSpecError(owner, "gpu_milli", f"must be <= {MILLI_PER_GPU}")
+        if self.labels and list(self.labels) != sorted(dict(self.labels).items()):
+            raise InvalidSpecError(owner, "labels", "must be sorted pairs with distinct keys")
         if self.mig_profile:
             if self.gpu_count or self.gpu_milli or self.gpu_memory_mib:
                 raise InvalidSpecError(

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from gpupool.core.model import MILLI_PER_GPU, NodeSpec, PodSpec, RequestKind
+from gpupool.core.model import MILLI_PER_GPU, NodeSpec, PodSpec, RequestKind, overcommitted
 from gpupool.core.resources import ExtraColumns, PortsInUse
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
 
 UNKNOWN_GPU_MEMORY = np.int64(2**40)
 """Free GPU memory recorded for nodes whose GPU memory is not reported: large enough to pass."""
@@ -144,10 +145,18 @@ class ClusterSnapshot:
         self.used_gpu_milli = 0
         self.allocations: dict[str, Allocation] = {}
         self.pods_on_node: list[set[str]] = [set() for _ in range(n)]
+        self.pods_with_terms: set[str] = set()
+        """Bound pods with inter-pod terms (:mod:`gpupool.core.pod_terms`): while it is empty
+        and a pod names none, no pod-relative check or score has anything to do."""
         self._model_masks: dict[frozenset[str], BoolArray] = {}
         self.constraint_checks: dict[NodeConstraints | None, tuple[tuple[str, BoolArray], ...]] = {}
         """Per distinct constraint set (None: a pod that names none), the masks of the nodes it
         rules out (filtering.node_checks)."""
+        self.node_preferences: dict[
+            NodeConstraints | None, tuple[FloatArray, FloatArray] | None
+        ] = {}
+        """Per distinct constraint set, the raw preferred-affinity and soft-taint scores of every
+        node (core.node_preference); None where all are 0."""
 
     @property
     def size(self) -> int:
@@ -204,13 +213,17 @@ class ClusterSnapshot:
         pods = UNLIMITED_PODS_PER_GPU if max_pods_per_gpu is None else max_pods_per_gpu
         self.gpu_pods_capacity[rows] = np.where(exists, pods, 0)
         self.gpu_pods_free[rows] = self.gpu_pods_capacity[rows]
-        self.gpu_milli_capacity[rows] = np.where(exists, int(MILLI_PER_GPU * compute_overcommit), 0)
+        compute = overcommitted(MILLI_PER_GPU, compute_overcommit)
+        self.gpu_milli_capacity[rows] = np.where(exists, compute, 0)
         self.gpu_free[rows] = self.gpu_milli_capacity[rows]
         self.gpu_free_total[rows] = self.gpu_free[rows].sum(axis=1)
         physical = np.array([self.nodes[int(row)].gpu_memory_mib for row in rows], dtype=np.int64)
         known = rows[physical > 0]
         if len(known):
-            scaled = (physical[physical > 0] * memory_overcommit).astype(np.int64)
+            scaled = np.array(
+                [overcommitted(int(mib), memory_overcommit) for mib in physical[physical > 0]],
+                dtype=np.int64,
+            )
             self.gpu_memory_capacity[known] = np.where(exists[physical > 0], scaled[:, None], 0)
             self.gpu_memory_free[known] = self.gpu_memory_capacity[known]
         self.sharing_limited = True
@@ -249,6 +262,8 @@ class ClusterSnapshot:
         self._apply(allocation, sign=-1)
         self.allocations[pod.name] = allocation
         self.pods_on_node[node].add(pod.name)
+        if pod.terms is not None:
+            self.pods_with_terms.add(pod.name)
         return allocation
 
     def unhealthy_held(self, pod_name: str) -> tuple[int, ...]:
@@ -273,6 +288,7 @@ class ClusterSnapshot:
             raise AllocationError(f"pod {pod_name!r} is not bound")
         self._apply(allocation, sign=+1)
         self.pods_on_node[allocation.node].discard(pod_name)
+        self.pods_with_terms.discard(pod_name)
         return allocation
 
     MUTABLE_ARRAYS = (
@@ -302,7 +318,9 @@ class ClusterSnapshot:
         clone.allocations = dict(self.allocations)
         clone.pods_on_node = [set(pods) for pods in self.pods_on_node]
         clone.ports = self.ports.copy()
+        clone.pods_with_terms = set(self.pods_with_terms)
         clone.constraint_checks = dict(self.constraint_checks)  # a copy may be read elsewhere
+        clone.node_preferences = dict(self.node_preferences)
         return clone
 
     def simulate_removal(self, pod_names: Iterable[str]) -> Callable[[], None]:

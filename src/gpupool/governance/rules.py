@@ -20,7 +20,9 @@ scheduler lets a pod start ahead of a reserved head on the strength of it (backf
 that overran it unpunished would have bought its slot with a lie and delayed the head by the
 overrun. Past its runtime it is warned, and reclaimed after the pool's grace (``reclaimGrace``).
 Unlike the share-duration limit, ``exemptClasses`` do not exempt it: the limit is the pod's own
-promise, not the pool's. A pod that declares nothing is never limited by an estimate.
+promise, not the pool's. A pod that declares nothing is never limited by an estimate. An
+exemption holds only for a class the pod's queue lists in ``allowedClasses``
+(:meth:`Limits.with_queue_classes`).
 
 A pod bound without a trusted allocation record (placed past the scheduler, or with a forged
 record) is given no GPU by the node agent and holds the scheduler's capacity as foreign: it is
@@ -108,6 +110,16 @@ class Limits(GovernanceSpec):
         """The limits of a GPUPool's ``spec.governance`` and its queue's share-duration limit."""
         settings = {f.name: getattr(spec, f.name) for f in fields(GovernanceSpec)}
         return cls(**settings).with_queue_limit(queue_limit)
+
+    def with_queue_classes(self, allowed_classes: frozenset[str]) -> Limits:
+        """These limits for a pod of a queue whose ``spec.allowedClasses`` is ``allowed_classes``.
+
+        A pool's ``exemptClasses`` exempt only the classes the pod's queue lists: a class label
+        is a tenant's to write, and a queue that restricts no class (empty: every class) lets
+        each of its tenants name any class, so an exemption open to it would be open to anyone.
+        An administrator grants an exemption to a team by listing the class in its queue.
+        """
+        return replace(self, exempt_classes=self.exempt_classes & allowed_classes)
 
     def with_queue_limit(self, queue_limit: float | None) -> Limits:
         """These limits with the shorter of the pool's and the queue's maxShareDuration."""

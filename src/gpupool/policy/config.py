@@ -27,10 +27,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpupool.policy.spec import (
+    DEFAULT_DISRUPTION_BUDGET_WAIT,
     DEFAULT_IDLE_GRACE,
+    DEFAULT_MAX_EVICTION_GRACE,
     DEFAULT_MAX_PODS_PER_GPU,
     DEFAULT_POOL,
     DEFAULT_RECLAIM_GRACE,
+    EvictionSpec,
     GovernanceSpec,
     PolicyConfig,
     PoolMode,
@@ -158,6 +161,24 @@ def _pool(name: str, spec: Mapping[str, Any]) -> PoolSpec:
         allowed_classes=frozenset(read.strings(spec.get("allowedClasses"), "spec.allowedClasses")),
         allowed_queues=frozenset(read.strings(spec.get("allowedQueues"), "spec.allowedQueues")),
         governance=_governance(read, spec),
+        eviction=_eviction(read, spec),
+    )
+
+
+MAX_EVICTION_GRACE = 3600
+"""The CRD's bound on ``maxEvictionGracePeriodSeconds``."""
+
+
+def _eviction(read: _Reader, spec: Mapping[str, Any]) -> EvictionSpec:
+    wait = read.duration(spec, "disruptionBudgetWait", "spec")
+    grace = spec.get("maxEvictionGracePeriodSeconds")
+    return EvictionSpec(
+        budget_wait=wait if wait is not None else DEFAULT_DISRUPTION_BUDGET_WAIT,
+        max_grace=(
+            DEFAULT_MAX_EVICTION_GRACE
+            if grace is None
+            else read.integer(grace, "spec.maxEvictionGracePeriodSeconds", 1, MAX_EVICTION_GRACE)
+        ),
     )
 
 

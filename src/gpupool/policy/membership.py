@@ -15,6 +15,9 @@ The rules:
   implicit ``default`` pool; two or more: **none** (the conflict is reported as the pools'
   ``NodeConflict`` condition), because guessing a winner could let shared work onto a node an
   operator meant to be exclusive;
+* **overcommit**: a Shared pool's ``computeOvercommit`` and ``memoryOvercommit`` (1.0
+  elsewhere): the scheduler packs a GPU's shares up to them and the agent lets them start up to
+  the same capacity (:func:`gpu_sharing`, :func:`gpupool.core.model.overcommitted`);
 * **pods per GPU**: a Shared pool's ``maxPodsPerGPU``; the implicit default pool
   :data:`~gpupool.policy.spec.DEFAULT_MAX_PODS_PER_GPU`; an Exclusive or MIG pool 1 (a GPU is
   given whole); a node in no pool (two pools select it) 0: it takes no GPU pods until the
@@ -94,6 +97,28 @@ def pods_per_gpu(pool: PoolSpec | None) -> int:
     if pool.mode is PoolMode.ANY:
         return pool.max_pods_per_gpu or UNLIMITED_PODS_PER_GPU
     return 1
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSharing:
+    """How the GPUs of a node in one pool may be shared.
+
+    Attributes:
+        pods_per_gpu: :func:`pods_per_gpu`.
+        compute_overcommit: Compute handed out per device (a Shared pool's; 1.0 elsewhere).
+        memory_overcommit: GPU memory handed out per physical MiB (likewise).
+    """
+
+    pods_per_gpu: int
+    compute_overcommit: float = 1.0
+    memory_overcommit: float = 1.0
+
+
+def gpu_sharing(pool: PoolSpec | None) -> GpuSharing:
+    """How a GPU of a node in ``pool`` may be shared (``None``: a contested node, no pods)."""
+    if pool is None:
+        return GpuSharing(0)
+    return GpuSharing(pods_per_gpu(pool), pool.compute_overcommit, pool.memory_overcommit)
 
 
 def queues_serving(queues: Iterable[QueueSpec], namespace: str) -> tuple[QueueSpec, ...]:

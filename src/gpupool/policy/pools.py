@@ -27,7 +27,7 @@ import numpy as np
 from gpupool.core.filtering import NodeCheck
 from gpupool.core.model import NodeSpec, RequestKind
 from gpupool.core.snapshot import UNLIMITED_PODS_PER_GPU, BoolArray, ClusterSnapshot, IntArray
-from gpupool.policy.membership import node_labels, node_pool, pods_per_gpu
+from gpupool.policy.membership import gpu_sharing, node_labels, node_pool, pods_per_gpu
 from gpupool.policy.spec import IMPLICIT_DEFAULT_POOL, PoolMode, PoolSpec
 from gpupool.policy.units import node_milli_units
 from gpupool.policy.workload import Workload
@@ -141,11 +141,11 @@ class PoolLayout:
             members = np.flatnonzero(self.masks[p])
             if not len(members):
                 continue
-            slots = int(self.pods_per_gpu[members[0]])
-            overcommit = (pool.compute_overcommit, pool.memory_overcommit)
-            if slots == UNLIMITED_PODS_PER_GPU and overcommit == (1.0, 1.0):
+            sharing = gpu_sharing(pool)
+            overcommit = (sharing.compute_overcommit, sharing.memory_overcommit)
+            if sharing.pods_per_gpu == UNLIMITED_PODS_PER_GPU and overcommit == (1.0, 1.0):
                 continue
-            snapshot.configure_gpu_sharing(members, slots, *overcommit)
+            snapshot.configure_gpu_sharing(members, sharing.pods_per_gpu, *overcommit)
 
     def node_checks(self, pool: int) -> tuple[NodeCheck, ...]:
         """The filter check that keeps a pod inside ``pool`` (none when the pool is every node)."""

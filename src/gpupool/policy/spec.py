@@ -31,6 +31,15 @@ DEFAULT_IDLE_GRACE = 1800.0
 """Seconds a pod may stay idle before it is warned when a pool sets no ``idleGrace``."""
 DEFAULT_RECLAIM_GRACE = 300.0
 """Seconds between a warning and the reclaim when a pool sets no ``reclaimGrace``."""
+DEFAULT_DISRUPTION_BUDGET_WAIT = 300.0
+"""Seconds an eviction a PodDisruptionBudget refuses is tried before the pod is deleted, when a
+pool sets no ``disruptionBudgetWait``: the default ``reclaimGrace``, the time governance already
+gives a warned pod. A budget frees up when a replacement replica becomes ready (seconds to
+minutes); one that blocks longer is holding capacity the pool lent, not protecting a rollout."""
+DEFAULT_MAX_EVICTION_GRACE = 30
+"""The most ``terminationGracePeriodSeconds`` an evicted pod gets when a pool sets no
+``maxEvictionGracePeriodSeconds``: the Kubernetes default, so a pod that never asked for more
+loses nothing, and a tenant's larger value cannot hold the preemptor back for longer."""
 MODEL_LABEL = "gpupool.io/gpu-model"
 """The node label naming the GPU model; a pool's selector may use it on every node, because
 the inventory's model is exposed under it (the same name as ``kube.vocabulary.LABEL_GPU_MODEL``).
@@ -85,6 +94,22 @@ class GovernanceSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class EvictionSpec:
+    """How a pool's pods leave when gpupool evicts them (preemption, reclaim, governance).
+
+    Attributes:
+        budget_wait: ``disruptionBudgetWait``: seconds an eviction that a PodDisruptionBudget
+            refuses is tried before the pod is deleted directly (as kube-scheduler's preemption
+            deletes its victims).
+        max_grace: ``maxEvictionGracePeriodSeconds``: the most grace an evicted pod gets (the
+            smaller of this and its own ``terminationGracePeriodSeconds``).
+    """
+
+    budget_wait: float = DEFAULT_DISRUPTION_BUDGET_WAIT
+    max_grace: int = DEFAULT_MAX_EVICTION_GRACE
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSpec:
     """One GPUPool.
 
@@ -100,6 +125,7 @@ class PoolSpec:
         allowed_classes: ``gpupool.io/class`` values that may enter; empty means every class.
         allowed_queues: Queue names that may enter; empty means every queue.
         governance: Idle and share-duration reclaim.
+        eviction: How evicted pods leave.
     """
 
     name: str
@@ -111,6 +137,7 @@ class PoolSpec:
     allowed_classes: frozenset[str] = field(default_factory=frozenset)
     allowed_queues: frozenset[str] = field(default_factory=frozenset)
     governance: GovernanceSpec = field(default_factory=GovernanceSpec)
+    eviction: EvictionSpec = field(default_factory=EvictionSpec)
 
     def admits_kind(self, kind: RequestKind) -> bool:
         """Whether the pool's mode accepts a request of this shape (CPU-only pods always)."""

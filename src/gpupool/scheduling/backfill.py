@@ -6,9 +6,11 @@ ended when expected (declared or learned runtimes, :mod:`.runtime`; a pod past i
 assumed to end now, or, with the engine's ``remaining_by_age``, to run for what pods of its kind
 that lived as long ran on). A later pod may then start only where it cannot delay any of the pool's
 reservations: on a node none of them holds, or on a reserved node if it is expected to end before
-that reserved start. ``k = 1`` is EASY backfill. Without backfill, nothing behind a blocked pod of
-the pool starts (strict order); with unrestricted skipping, large pods could wait forever behind a
-stream of small ones. With one reservation, only the first blocked pod keeps its place: the large
+that reserved start; a pod that takes no GPU also where the holder would still fit at its
+start beside it (:func:`leaves_room`: CPU, memory and a pod slot are all it could take).
+``k = 1`` is EASY backfill. Without backfill, nothing behind a blocked pod of the pool starts
+(strict order); with unrestricted skipping, large pods could wait forever behind a stream of
+small ones. With one reservation, only the first blocked pod keeps its place: the large
 pods queued behind it are overtaken by a stream of smaller ones whenever the head's node is not
 theirs (measured: docs/benchmarks.md, the dynamic simulation). The engine's default therefore
 protects up to 16 pods above one GPU per pool, with reservations that follow their pods, ends
@@ -25,6 +27,7 @@ the snapshot is left as it was (only generation counters move).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -109,6 +112,36 @@ class Blocked:
 def delayed_nodes(reservations: Iterable[Reservation], now: float, runtime: float) -> set[int]:
     """Reserved nodes where a pod of expected ``runtime`` started ``now`` would delay the start."""
     return {r.node for r in reservations if now + runtime > r.start_at}
+
+
+def leaves_room(
+    snapshot: ClusterSnapshot,
+    holder: PodSpec,
+    candidate: PodSpec,
+    reservation: Reservation,
+    ends: Mapping[str, float],
+) -> bool:
+    """Whether ``holder`` still fits on its reserved node at its start with ``candidate`` there.
+
+    The pods expected to end by the reserved start are released, ``candidate`` is placed, and
+    the holder's fit is asked; the snapshot is restored. A pod asking only CPU and memory was
+    kept off every reserved node whatever room it left: on four nodes reserved for GPU pods, a
+    pod asking ``cpu: 2`` waited beside 60 idle cores for as long as the reservations held.
+    """
+    node = reservation.node
+    if not fits_on_node(snapshot, candidate, node):
+        return False
+    snapshot.bind(candidate, node, running=True)
+    released: list[Allocation] = []
+    try:
+        for name in list(snapshot.pods_on_node[node]):
+            if ends.get(name, math.inf) <= reservation.start_at:
+                released.append(snapshot.release(name))
+        return fits_on_node(snapshot, holder, node)
+    finally:
+        for allocation in reversed(released):
+            snapshot.bind(allocation.pod, allocation.node, allocation.gpus, running=True)
+        snapshot.release(candidate.name)
 
 
 class Reservations:
@@ -234,6 +267,24 @@ class Reservations:
             for head in heads
             if head.protected and head.workload.name not in holding
         )
+
+    def spared(self, reservations: Iterable[Reservation], pod: PodSpec) -> set[int]:
+        """The nodes of ``reservations`` whose every holder still fits at its start beside ``pod``.
+
+        For a pod that takes no GPU (the engine asks only for those): GPU pods keep the node-wide
+        rule the backfill matrix measured.
+        """
+        if self._ends is None:
+            self._ends = self._expected_ends()
+        ends = {name: max(end, self.request.now) for end, name in self._ends}
+        spared: dict[int, bool] = {}
+        for reservation in reservations:
+            holder = self.pending[reservation.pod].workload.pod
+            ok = spared.get(reservation.node, True)
+            spared[reservation.node] = ok and leaves_room(
+                self.request.snapshot, holder, pod, reservation, ends
+            )
+        return {node for node, ok in spared.items() if ok}
 
     def _find(
         self,

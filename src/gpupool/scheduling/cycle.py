@@ -12,10 +12,17 @@ the nodes' state (:func:`gpupool.core.filtering.node_checks`, which the core's f
 victim search and the reservation apply to the pod's request). So no part of a cycle can pick a
 node another part would refuse.
 
+A pod that no node of its pools could ever hold (more of a resource than any node's capacity, or
+no node passes its selector, model, taints and readiness: :meth:`Cycle._never_fits`) waits with
+the filter's reason and "no node could ever hold it"; it never blocks a pool, so it holds no
+reservation, no pod waits behind it, no pod is skipped for its shape, and no victim is sought
+for it.
+
 Work per cycle is bounded so that a deep queue cannot stall it: a pod whose request is no smaller
 than one that already failed in the pool this cycle is not placed again (nothing was freed in
-between), at most ``backfill_depth`` pods are examined behind a blocked head per pool, and at
-most ``max_preemptions`` victim searches are made per cycle, one per queue and pool.
+between; it waits with that pod's rejection, which holds for it too), at most
+``backfill_depth`` pods are examined behind a blocked head per pool, and at most
+``max_preemptions`` victim searches are made per cycle, one per queue and pool.
 """
 
 from __future__ import annotations
@@ -27,12 +34,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpupool.core.decisions import Bind, Reject
-from gpupool.core.filtering import NodeCheck
-from gpupool.core.model import PodSpec
+from gpupool.core.filtering import NodeCheck, admissible, filter_nodes, mask_of
+from gpupool.core.model import RequestKind
+from gpupool.core.pod_relative import failed_for_neighbours
 from gpupool.policy.quota import Ledger, hold_reason
 from gpupool.policy.units import milli_units
 from gpupool.policy.workload import Workload
 from gpupool.scheduling.backfill import Blocked, Reservations, delayed_nodes, no_smaller
+from gpupool.scheduling.candidates import could_hold
 from gpupool.scheduling.claim_placement import REASON_NO_ELIGIBLE, fails_by_size, restrict_choice
 from gpupool.scheduling.decisions import (
     Admit,
@@ -53,6 +62,8 @@ if TYPE_CHECKING:
 
 FAILED_SHAPES_KEPT = 32
 """Failed requests remembered per pool and cycle for skipping no-smaller ones."""
+NEVER_FITS = "no node could ever hold it"
+"""Added to the filter's reason for a pod no node of its pools could hold even if empty."""
 
 
 class Cycle:
@@ -81,7 +92,9 @@ class Cycle:
         """Per pool, its first blocked pods in serving order (the head first), as many as it
         may protect with reservations."""
         self.examined: dict[int, int] = {}
-        self.failed: dict[int, list[PodSpec]] = {}
+        self.failed: dict[int, list[Reject]] = {}
+        """Per pool, the rejections of this cycle's pods that failed by size."""
+        self._never_by_shape = engine.never_fits_memo(request.snapshot)
         self.victims = VictimSearch(engine.options, request, self.tables)
         self.items = [
             (workload, self.tables.queue_of(workload.namespace, workload.queue))
@@ -111,10 +124,13 @@ class Cycle:
             for index, (workload, queue) in enumerate(ordered):
                 self.last = index == len(ordered) - 1
                 held = workload.name in self.reservations.holders
-                if self.blocked and not held and self._every_pool_closed():
+                never = self._never_fitting(workload, queue)
+                if never is not None:
+                    decisions.append(never)
+                elif self.blocked and not held and self._every_pool_closed():
                     decisions.append(Wait(workload, queue, self._all_closed_reason()))
-                    continue
-                decisions.append(self._decide(workload, queue))
+                else:
+                    decisions.append(self._decide(workload, queue))
             self.reservations.hold_for(self.blocked, self._room_checks)
         finally:
             for name in reversed(self.bound):
@@ -131,6 +147,47 @@ class Cycle:
         names = [queue.name for queue in self.tables.queues]
         by_age = self.engine.options.remaining_by_age
         return expected_ends(self.request.running, self.request.now, self.runtimes, names, by_age)
+
+    def _never_fits(self, workload: Workload, pool: int) -> bool:
+        """Whether no node of ``pool`` could ever hold the pod, however much were freed.
+
+        No node there passes its static checks (selector, affinity, taints, readiness, GPU
+        model, a claim's eligible devices) or has the capacity, empty, for its request
+        (:func:`~gpupool.scheduling.candidates.could_hold`). Such a pod found no room only
+        because there never is any: blocking the pool for it held a reservation nothing could
+        fill and kept pods that fit waiting behind it, and with reservations that hold across
+        cycles, for ever (a 200-CPU pod on 64-CPU nodes deferred a ``cpu: 2`` pod silently).
+        """
+        pod = workload.pod
+        eligibility = self.request.eligibility.get(workload.name)
+        key = (
+            pool, pod.cpu_milli, pod.memory_mib, pod.gpu_count, pod.gpu_milli,
+            pod.gpu_memory_mib, pod.gpu_models, pod.mig_profile, pod.constraints,
+        )  # fmt: skip
+        known = self._never_by_shape.get(key) if eligibility is None else None
+        if known is not None:
+            return known
+        snapshot = self.snapshot
+        mask = mask_of(snapshot.size, self.engine.pool_checks(pool))
+        mask &= admissible(snapshot, pod) & could_hold(snapshot, pod)
+        if eligibility is not None:
+            mask &= eligibility.once_freed(snapshot, pod)[1]
+            return not mask.any()
+        never = self._never_by_shape[key] = not mask.any()
+        return never
+
+    def _never_fitting(self, workload: Workload, queue: int) -> Wait | None:
+        """The pod's wait if no node of any of its pools could ever hold it, else ``None``."""
+        routes = self.engine.route(workload, self.tables.queues[queue].name)
+        if isinstance(routes, str):
+            return None
+        pools = [pool for pool in routes if self.layout.node_count[pool]]
+        if not pools or not all(self._never_fits(workload, pool) for pool in pools):
+            return None
+        pod = workload.pod
+        found = filter_nodes(self.snapshot, pod, self.checks(pools[0], workload, queue))
+        reject = _saying_never(Reject(pod=pod, message=found.message(), reasons=found.reasons()))
+        return Wait(workload, queue, reject.message, reject)
 
     def _every_pool_closed(self) -> bool:
         return len(self.blocked) == self.engine.populated_pools and all(
@@ -214,8 +271,16 @@ class Cycle:
             return self._admit(workload, queue, pool, placed, backfilled=heads is not None)
         return self._unplaced(attempt, checks, decision)
 
-    def _order_refusal(self, attempt: Attempt, heads: list[Blocked] | None) -> Preempt | str:
-        """Why the pool's order keeps a pod from being tried now ("" if it may be, or holds)."""
+    def _order_refusal(
+        self, attempt: Attempt, heads: list[Blocked] | None
+    ) -> Preempt | Reject | str:
+        """Why the pool's order keeps a pod from being tried now ("" if it may be, or holds).
+
+        A pod no smaller than one that failed by size here this cycle gets that pod's rejection,
+        naming it (every node that refused it refuses this one), so it waits for capacity with
+        a reason rather than being deferred without one: behind a holder of a reservation,
+        which fails in every cycle, it was deferred in every cycle and never told why.
+        """
         pool = attempt.pool
         held = attempt.workload.name in self.reservations.holders
         pool_name = self.layout.pools[pool].name
@@ -227,15 +292,22 @@ class Cycle:
             if self.examined[pool] > self.engine.options.backfill_depth and not held:
                 return f"waiting behind {name} in pool {pool_name} (backfill depth reached)"
         nominated = attempt.workload.name in self.nominations  # its node is open to it alone
-        if not (held or nominated) and any(
-            no_smaller(failed, attempt.workload.pod) for failed in self.failed.get(pool, ())
-        ):
+        pod = attempt.workload.pod
+        failed = (
+            None
+            if held or nominated
+            else next((f for f in self.failed.get(pool, ()) if no_smaller(f.pod, pod)), None)
+        )
+        if failed is not None:
             choice = self._victim_search(attempt)
             if choice is not None:  # a pod of its shape failed, but its queue may take back
                 return self._nominate(attempt, choice)
             if heads is not None:  # blocked as surely as if it had been tried
                 self._block(pool, attempt)
-            return f"no room in pool {pool_name} for a pod of this size this cycle"
+            message = (
+                f"{failed.message.rstrip('.')} (found for {failed.pod.name}, which asks no more)."
+            )
+            return Reject(pod=pod, message=message, reasons=failed.reasons)
         return ""
 
     def _unplaced(
@@ -243,10 +315,16 @@ class Cycle:
     ) -> Preempt | Reject | str:
         """Nothing fits: wait for a nomination, preempt, or become the pool's blocked head."""
         workload, pool = attempt.workload, attempt.pool
+        if self._never_fits(workload, pool):  # nothing to wait for here: it blocks nothing
+            return _saying_never(decision)
         failed = self.failed.setdefault(pool, [])
         eligibility = self.request.eligibility.get(workload.name)
-        if len(failed) < FAILED_SHAPES_KEPT and fails_by_size(eligibility, self.snapshot):
-            failed.append(workload.pod)
+        if (
+            len(failed) < FAILED_SHAPES_KEPT
+            and fails_by_size(eligibility, self.snapshot)
+            and not failed_for_neighbours(decision.reasons)
+        ):
+            failed.append(decision)
         if workload.name in self.nominations:
             node = self.snapshot.node_names[self.nominations[workload.name]]
             return f"nominated to node {node}: waiting for preempted pods to terminate"
@@ -359,6 +437,12 @@ class Cycle:
         name = self.tables.queues[queue].name
         runtime = self.runtimes.bound(workload, name, self.engine.options.backfill_quantile)
         delayed = delayed_nodes(reservations, self.request.now, runtime)
+        if workload.pod.kind is RequestKind.NONE and decision.node in delayed:
+            # it takes no GPU: it delays a holder only where it leaves the holder no CPU,
+            # memory or pod slot at the reserved start
+            delayed -= self.reservations.spared(
+                [r for r in reservations if r.node in delayed], workload.pod
+            )
         if decision.node not in delayed:
             return decision
         away = np.ones(self.snapshot.size, dtype=np.bool_)
@@ -397,4 +481,10 @@ class Cycle:
             victims=choice.victims,
             rule=choice.rule,
             gpu_seconds_lost=choice.gpu_seconds_lost,
+            violating=choice.violating,
         )
+
+
+def _saying_never(reject: Reject) -> Reject:
+    """``reject`` saying that no node could ever hold the pod."""
+    return replace(reject, message=f"{reject.message.rstrip('.')} ({NEVER_FITS}).")

@@ -18,6 +18,7 @@ from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.backfill import Reservation
 from gpupool.scheduling.claim_placement import GpuEligibility
 from gpupool.scheduling.decisions import CycleRequest, CycleResult
+from gpupool.scheduling.disruption import NO_BUDGETS, DisruptionBudgets
 from gpupool.scheduling.runtime import RuntimeEstimator
 
 
@@ -49,11 +50,13 @@ def cycle_request(
     carried: Carried | None = None,
     *,
     eligibility: Mapping[str, GpuEligibility] | None = None,
+    disruption: DisruptionBudgets = NO_BUDGETS,
 ) -> CycleRequest:
     """The request for one cycle (the fields of :class:`~.decisions.CycleRequest`).
 
     ``carried`` is what the previous cycle handed on (``None``: a first cycle); ``eligibility``
-    the GPUs each claim pod's DRA claim may use (the live scheduler only).
+    the GPUs each claim pod's DRA claim may use and ``disruption`` the PodDisruptionBudgets that
+    cover running pods (the live scheduler only: the simulator has no budgets).
     """
     if carried is None:
         carried = Carried()
@@ -67,4 +70,5 @@ def cycle_request(
         runtimes=runtimes,
         reservations=carried.reservations,
         eligibility=eligibility or {},
+        disruption=disruption,
     )

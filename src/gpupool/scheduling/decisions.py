@@ -24,6 +24,7 @@ from gpupool.policy.quota import Ledger
 from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.backfill import Reservation
 from gpupool.scheduling.claim_placement import GpuEligibility
+from gpupool.scheduling.disruption import NO_BUDGETS, DisruptionBudgets
 from gpupool.scheduling.preemption import Rule
 from gpupool.scheduling.runtime import RuntimeEstimator
 
@@ -182,6 +183,8 @@ class Preempt:
         victims: Pods to evict.
         rule: Priority or reclaim.
         gpu_seconds_lost: GPU-unit seconds of work the victims lose.
+        violating: The victims whose eviction breaks a PodDisruptionBudget (none could be
+            had that break fewer).
     """
 
     workload: Workload
@@ -192,6 +195,7 @@ class Preempt:
     victims: tuple[str, ...]
     rule: Rule
     gpu_seconds_lost: float
+    violating: tuple[str, ...] = ()
 
 
 EngineDecision = Admit | Wait | Preempt
@@ -216,6 +220,8 @@ class CycleRequest:
             pods get new ones. One sweep of the running pods per reservation, not per cycle.
         eligibility: Pod name to the GPUs its DRA claim may use (claim pods only): a node
             check wherever the pod is placed, and the GPU choice kept to those GPUs.
+        disruption: The PodDisruptionBudgets that cover running pods (victims that break none
+            are preferred).
     """
 
     snapshot: ClusterSnapshot
@@ -227,6 +233,7 @@ class CycleRequest:
     runtimes: RuntimeEstimator | None = None
     reservations: Mapping[int, tuple[Reservation, ...]] = field(default_factory=dict)
     eligibility: Mapping[str, GpuEligibility] = field(default_factory=dict)
+    disruption: DisruptionBudgets = NO_BUDGETS
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,11 +23,15 @@ import numpy as np
 
 from gpupool.core.filtering import NodeCheck
 from gpupool.core.framework import Scheduler
+from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.workload import Workload
 from gpupool.scheduling.cycle import Cycle
 from gpupool.scheduling.decisions import CycleRequest, CycleResult, EngineOptions
 from gpupool.scheduling.runtime import RuntimeEstimator
+
+MAX_NEVER_FITS_KEPT = 8192
+"""Shapes whose never-fits verdict an engine keeps for its snapshot."""
 
 
 class PolicyEngine:
@@ -50,6 +54,21 @@ class PolicyEngine:
         self.default_runtimes = RuntimeEstimator()
         """Used when a request brings none: it never learns, so estimates are the default."""
         self._pool_checks: dict[int, tuple[NodeCheck, ...]] = {}
+        self._never: tuple[ClusterSnapshot | None, dict[tuple[object, ...], bool]] = (None, {})
+
+    def never_fits_memo(self, snapshot: ClusterSnapshot) -> dict[tuple[object, ...], bool]:
+        """Per pool and request shape, whether no node of ``snapshot`` could ever hold it.
+
+        Kept while the snapshot is the same object: what it asks (capacities, the nodes' static
+        checks) does not change with what runs. Across cycles, because the simulator's pods
+        rarely share a shape and each verdict costs passes over every node; bounded, so a
+        stream of distinct shapes cannot grow it without limit.
+        """
+        held, memo = self._never
+        if held is not snapshot or len(memo) >= MAX_NEVER_FITS_KEPT:
+            memo = {}
+            self._never = (snapshot, memo)
+        return memo
 
     def pool_checks(self, pool: int) -> tuple[NodeCheck, ...]:
         """The filter check that keeps a pod inside ``pool`` (memoised per pool)."""

@@ -16,11 +16,15 @@ Two rules, tried in this order for a pod that quota admits but no node can take 
 Under both, a pod younger than its queue's ``minRuntimeBeforePreemption`` is protected, and
 inside a queue no pod is ever evicted for a pod of lower or equal priority. Among the nodes
 where evicting eligible pods makes room (and that the pod's node selector, affinity,
-tolerations and models allow), the choice loses the least GPU time: per node, victims are
-taken cheapest first (GPU units times how long they have run, so young and small pods go
-first), then any victim the pod can do without is put back; the node with the least total loss
-wins (fewest victims, then node order, on ties). The caller nominates the pod to that node so
-the freed room is not taken by others while the victims terminate.
+tolerations and models allow), the choice breaks the fewest PodDisruptionBudgets, then loses
+the least GPU time: per node, victims no budget protects are taken first, each group cheapest
+first (GPU units times how long they have run, so young and small pods go first), then any
+victim the pod can do without is put back, those a budget protects first; the node whose victims
+break the fewest budgets wins, then the least total loss (fewest victims, then node order, on
+ties). A budget is best effort, as in kube-scheduler's preemption: when only victims it protects
+make room, they are chosen, and counted (:mod:`gpupool.scheduling.disruption`). The caller
+nominates the pod to that node so the freed room is not taken by others while the victims
+terminate.
 
 The what-ifs release and re-bind pods on the snapshot and leave it as it was (only the nodes'
 generation counters move, which makes policies refresh those rows once).
@@ -41,6 +45,7 @@ from gpupool.core.snapshot import Allocation, BoolArray, ClusterSnapshot
 from gpupool.policy.quota import Ledger, QueueTables
 from gpupool.policy.units import MILLI_UNITS
 from gpupool.policy.workload import Running
+from gpupool.scheduling.disruption import NO_BUDGETS, DisruptionBudgets
 from gpupool.scheduling.ordering import priority_of
 
 
@@ -60,12 +65,14 @@ class VictimChoice:
         victims: Names of the pods to evict.
         gpu_seconds_lost: GPU-unit seconds of work the victims lose.
         rule: The rule that allows it.
+        violating: The victims whose eviction breaks a PodDisruptionBudget.
     """
 
     node: int
     victims: tuple[str, ...]
     gpu_seconds_lost: float
     rule: Rule
+    violating: tuple[str, ...] = ()
 
 
 def is_protected(running: Running, tables: QueueTables, now: float) -> bool:
@@ -123,8 +130,9 @@ def choose_victims(
     max_nodes: int = 8,
     free_units: int = 0,
     free_pods: int = 0,
+    disruption: DisruptionBudgets = NO_BUDGETS,
 ) -> VictimChoice | None:
-    """The node and victims that make room for ``pod`` with the least GPU time lost.
+    """The node and victims that make room for ``pod``: fewest budgets broken, least GPU time lost.
 
     Args:
         snapshot: The cluster; restored before returning.
@@ -141,6 +149,7 @@ def choose_victims(
         free_units: Milli-units the victims must free besides making room (a pod held by its
             own queue's ceiling evicts lower-priority pods of the queue to get under it).
         free_pods: Pods the victims must number at least (the queue's pod limit).
+        disruption: The PodDisruptionBudgets that cover the candidates.
     """
     by_node: defaultdict[int, list[Running]] = defaultdict(list)
     # nodes the pod could never use (its selector, taints, model...) are not tried: ranked
@@ -149,33 +158,78 @@ def choose_victims(
     for candidate in candidates:
         if node_mask[candidate.node] and static_ok[candidate.node]:
             by_node[candidate.node].append(candidate)
-    best: tuple[float, int, int, tuple[str, ...]] | None = None
-    # the nodes whose eligible pods together lose the least come first; at most max_nodes
-    ranked = sorted(by_node, key=lambda n: (sum(lost_gpu_seconds(r, now) for r in by_node[n]), n))
+    best: tuple[int, float, int, int, tuple[str, ...]] | None = None
+    best_violating: tuple[str, ...] = ()
+    protected = {n: _protected(by_node[n], now, disruption) for n in by_node}
+    # nodes with a victim no budget protects first, then those whose eligible pods together
+    # lose the least; at most max_nodes
+    ranked = sorted(
+        by_node,
+        key=lambda n: (
+            len(protected[n]) == len(by_node[n]),
+            sum(lost_gpu_seconds(r, now) for r in by_node[n]),
+            n,
+        ),
+    )
     for node in ranked[:max_nodes]:
         found = _victims_on_node(
-            snapshot, pod, node, by_node[node], now, budgets, (free_units, free_pods)
+            snapshot,
+            pod,
+            node,
+            (by_node[node], protected[node]),
+            now,
+            budgets,
+            (free_units, free_pods),
         )
         if found is None:
             continue
         lost, victims = found
-        key = (lost, len(victims), node, victims)
+        violating = disruption.violating(_cheapest_first(victims, now))
+        key = (len(violating), lost, len(victims), node, tuple(r.workload.name for r in victims))
         if best is None or key < best:
-            best = key
+            best, best_violating = key, violating
     if best is None:
         return None
-    return VictimChoice(node=best[2], victims=best[3], gpu_seconds_lost=best[0], rule=rule)
+    return VictimChoice(
+        node=best[3], victims=best[4], gpu_seconds_lost=best[1], rule=rule, violating=best_violating
+    )
+
+
+def _cost(running: Running, now: float) -> tuple[float, float, str]:
+    """The order victims are taken in: least GPU time lost, then youngest, then by name."""
+    return lost_gpu_seconds(running, now), -running.started_at, running.workload.name
+
+
+def _cheapest_first(victims: Iterable[Running], now: float) -> list[str]:
+    """Victim names, cheapest first (the order budgets are counted in, as they are taken)."""
+    return [r.workload.name for r in sorted(victims, key=lambda r: _cost(r, now))]
+
+
+def _protected(candidates: list[Running], now: float, disruption: DisruptionBudgets) -> set[str]:
+    """The candidates of one node whose eviction would break a budget.
+
+    Counted as if all were taken, cheapest first: kube-scheduler splits a node's victims into
+    violating and not the same way.
+    """
+    return set(disruption.violating(_cheapest_first(candidates, now)))
 
 
 def _victims_on_node(
     snapshot: ClusterSnapshot,
     pod: PodSpec,
     node: int,
-    candidates: list[Running],
+    candidates: tuple[list[Running], set[str]],
     now: float,
     budgets: Mapping[int, int] | None,
     quota: tuple[int, int],
-) -> tuple[float, tuple[str, ...]] | None:
+) -> tuple[float, tuple[Running, ...]] | None:
+    """The victims on ``node`` that make room losing least; ``None`` if none do.
+
+    ``candidates`` are the node's eligible pods and the names of those a budget protects:
+    unprotected pods are taken first and protected ones put back first.
+    """
+    eligible, protected = candidates
+
     def enough(freed: list[Running]) -> bool:
         return (
             sum(r.units for r in freed) >= quota[0]
@@ -184,7 +238,8 @@ def _victims_on_node(
         )
 
     order = sorted(
-        candidates, key=lambda r: (lost_gpu_seconds(r, now), -r.started_at, r.workload.name)
+        eligible,
+        key=lambda r: (r.workload.name in protected, *_cost(r, now)),
     )
     removed: list[tuple[Running, list[Allocation]]] = []
     spent: Counter[int] = Counter()
@@ -203,8 +258,15 @@ def _victims_on_node(
         if not fits:
             return None
         needed: list[Running] = []
-        # put back whatever the pod can do without, costliest first
-        for item in sorted(removed, key=lambda item: -lost_gpu_seconds(item[0], now)):
+        # put back whatever the pod can do without, protected first, each costliest first
+        put_back = sorted(
+            removed,
+            key=lambda item: (
+                item[0].workload.name not in protected,
+                -lost_gpu_seconds(item[0], now),
+            ),
+        )
+        for item in put_back:
             candidate = item[0]
             _restore(snapshot, item[1])
             others = [r for r, _ in removed if r is not candidate]
@@ -214,7 +276,7 @@ def _victims_on_node(
             _release(snapshot, candidate)
             needed.append(candidate)
         lost = float(np.sum([lost_gpu_seconds(r, now) for r in needed]))
-        return lost, tuple(sorted(r.workload.name for r in needed))
+        return lost, tuple(sorted(needed, key=lambda r: r.workload.name))
     finally:
         for _, allocations in reversed(removed):
             _restore(snapshot, allocations)

@@ -11,7 +11,8 @@ least; this module applies it inside a cycle (:class:`~gpupool.scheduling.cycle.
   the expensive part, found or not; one per queue keeps a queue whose first pods can never
   preempt from using up the searches of the others);
 * a pod chosen as a victim is not offered again in the same cycle, so two preemptors are never
-  promised the same room.
+  promised the same room, and the disruptions it takes from PodDisruptionBudgets are not
+  counted on again (:mod:`gpupool.scheduling.disruption`).
 
 The node mask a search gets holds the cycle's rules (the pool, nominations); the pod's own
 constraints are applied by :func:`~gpupool.scheduling.preemption.choose_victims` from its request.
@@ -70,6 +71,7 @@ class VictimSearch:
         self.left = options.max_preemptions
         self.searched: set[tuple[int, int]] = set()
         self.evicting: set[str] = set()
+        self.disruption = request.disruption
 
     def may_search(self, queue: int, pool: int) -> bool:
         """Whether ``queue`` may search in ``pool`` now (and count the search if so)."""
@@ -145,6 +147,7 @@ class VictimSearch:
             budgets,
             free_units=quota[0],
             free_pods=quota[1],
+            disruption=self.disruption,
         )
 
     def _running(self) -> list[Running]:
@@ -155,4 +158,5 @@ class VictimSearch:
     def _taken(self, choice: VictimChoice | None) -> VictimChoice | None:
         if choice is not None:
             self.evicting.update(choice.victims)
+            self.disruption = self.disruption.after(choice.victims)
         return choice

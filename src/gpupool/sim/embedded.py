@@ -124,6 +124,9 @@ class EmbeddedCluster(SimulatedCluster):
             limits = self.limits.get(pools[record.pool].name)
             if limits is None:
                 continue
+            limits = limits.with_queue_classes(
+                self.policy.tables.queues[record.queue].allowed_classes
+            )
             sample = UsagePoint(self.now, self.usage.get(name, 0.0))
             history = self._usage_seen.get(name, UsageHistory()).observe(sample, limits.activity)
             self._usage_seen[name] = history

@@ -304,14 +304,30 @@ def review_pod(
     return _route(review, meta, scheduler, facts, config)
 
 
-def _review_update(review: PodReview, meta: ObjectMeta, facts: ClusterFacts | None) -> Verdict:
-    """An update may not move the pod to a queue that does not serve its namespace.
+def bound_label_message(label: str) -> str:
+    """Why a bound pod's queue or class label may not change (the admission policy's words)."""
+    why = {
+        LABEL_QUEUE: "its signed allocation record charges it to the queue it was admitted under",
+        LABEL_CLASS: "it decided the pool and the exemptions the pod was admitted under",
+    }[label]
+    return f"fixed once the pod is bound ({why}); create a new pod instead"
 
+
+def _review_update(review: PodReview, meta: ObjectMeta, facts: ClusterFacts | None) -> Verdict:
+    """An update may not move a pod to a queue not serving its namespace, nor relabel a bound pod.
+
+    A bound pod's queue and class labels may not change at all.
     Nothing else is judged again: the resources cannot change in an update, and refusing an
     unrelated update (a finalizer removed) because the cluster changed since the pod was
-    created would only block its deletion.
+    created would only block its deletion. The scheduler charges a bound pod to the queue of
+    its signed record whatever its label says; refusing the change keeps the label honest
+    (``gpupool-declared-runtime`` refuses it too, with the webhook down).
     """
     old_labels = _mapping_at(review.old_pod, "metadata", "labels")
+    if _mapping_at(review.old_pod, "spec").get("nodeName"):
+        for label in (LABEL_QUEUE, LABEL_CLASS):
+            if meta.labels.get(label) != old_labels.get(label):
+                return _refuse(f"metadata.labels[{label}]", bound_label_message(label))
     new_queue = meta.labels.get(LABEL_QUEUE)
     queue_moved = new_queue is not None and new_queue != old_labels.get(LABEL_QUEUE)
     class_moved = meta.labels.get(LABEL_CLASS, "") != old_labels.get(LABEL_CLASS, "")

@@ -6,6 +6,10 @@ webhook exactly alike. Choices that matter when the webhook is down:
 * ``matchConditions`` (CEL, evaluated in the API server) send only pods that mention gpupool: a
   gpupool resource in a container, ``schedulerName: gpupool``, or the allocation annotation. A
   down webhook therefore never blocks unrelated pods, whatever the failure policy.
+* A second condition sends an UPDATE only when it changes a field the webhook judges on
+  update (:data:`JUDGED_ON_UPDATE`): a Job controller's finalizer edit, an unrelated label,
+  an owner reference... is never sent, so a down webhook cannot block it (nor the
+  deletion it finishes), while a change of a judged field still fails closed.
 * ``failurePolicy: Fail`` (the default) fails closed: while no replica answers, pods that ask for
   gpupool resources are refused, so none escapes the checks or the routing. ``Ignore`` fails
   open: they are admitted unchecked and unrouted (they keep the default scheduler and may wait
@@ -21,13 +25,26 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpupool.kube.client.api import ApiError, JsonObject, KubeAPI
-from gpupool.kube.objects.vocabulary import ANNOTATION_ALLOCATION, SCHEDULER_NAME
+from gpupool.kube.objects.vocabulary import (
+    ANNOTATION_ALLOCATION,
+    LABEL_CLASS,
+    LABEL_QUEUE,
+    SCHEDULER_NAME,
+)
 
 ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
 MUTATING = "mutatingwebhookconfigurations"
 VALIDATING = "validatingwebhookconfigurations"
 FailurePolicy = Literal["Fail", "Ignore"]
 FAILURE_POLICIES: tuple[FailurePolicy, ...] = ("Fail", "Ignore")
+JUDGED_ON_UPDATE: tuple[tuple[str, str], ...] = (
+    ("annotations", ANNOTATION_ALLOCATION),
+    ("labels", LABEL_QUEUE),
+    ("labels", LABEL_CLASS),
+)
+"""The metadata entries (map, key) :func:`gpupool.webhook.admission.review_pod` judges on an
+UPDATE; nothing else of a pod can change in an update in a way the webhook refuses (the
+resources and ``spec.schedulerName`` are immutable once created)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +109,24 @@ def match_expression(scheduler_name: str = SCHEDULER_NAME) -> str:
             f"(has(object.spec.initContainers) && {_asks('object.spec.initContainers')})",
         )
     )
+
+
+def _entry(obj: str, field: str, key: str) -> str:
+    """CEL for one metadata entry as a list: ``[value]``, or ``[]`` where it is absent."""
+    path = f"{obj}.metadata.{field}"
+    return f"(has({path}) && '{key}' in {path} ? [{path}['{key}']] : [])"
+
+
+def update_expression() -> str:
+    """CEL that is true for a CREATE, and for an UPDATE changing an entry the webhook judges.
+
+    Absent and empty differ (``[]`` against ``['']``): adding an empty label is a change.
+    """
+    changes = " || ".join(
+        f"{_entry('object', field, key)} != {_entry('oldObject', field, key)}"
+        for field, key in JUDGED_ON_UPDATE
+    )
+    return f"request.operation != 'UPDATE' || {changes}"
 
 
 def webhook_configurations(
@@ -186,7 +221,8 @@ def _webhook(
             ]
         },
         "matchConditions": [
-            {"name": "mentions-gpupool", "expression": match_expression(scheduler_name)}
+            {"name": "mentions-gpupool", "expression": match_expression(scheduler_name)},
+            {"name": "judged-update", "expression": update_expression()},
         ],
     }
 

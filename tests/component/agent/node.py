@@ -23,6 +23,7 @@ import msgspec
 from gpupool.agent.board import DeviceBoard
 from gpupool.agent.devices import advertised
 from gpupool.agent.fakenvml import FakeNvml
+from gpupool.agent.grants import NO_OVERCOMMIT, Overcommit
 from gpupool.agent.handoff import Handoff, HandoffConfig
 from gpupool.agent.isolation import IsolationConfig
 from gpupool.agent.podresources import PodResourcesClient
@@ -93,6 +94,7 @@ class AgentNode:
     board: DeviceBoard
     slots: int
     isolation: IsolationConfig
+    overcommit: Overcommit = NO_OVERCOMMIT
     now: list[float] = field(default_factory=lambda: [1_000_000.0])
     events: list[tuple[str, str]] = field(default_factory=list)
     handoff: Handoff | None = None
@@ -112,6 +114,7 @@ class AgentNode:
             PublishedKey(),
             self.report,
             clock=lambda: self.now[0],
+            overcommit=lambda: self.overcommit,
         )
         self.board = DeviceBoard()
         await self.board.update(advertised(self.nvml.devices(), self.slots))
@@ -150,9 +153,12 @@ def installed_isolation(root: Path, mode: str) -> IsolationConfig:
 
 @asynccontextmanager
 async def agent_node(
-    preset: str = "h100", slots: int = 4, isolation: str = "mps"
+    preset: str = "h100",
+    slots: int = 4,
+    isolation: str = "mps",
+    overcommit: Overcommit = NO_OVERCOMMIT,
 ) -> AsyncIterator[AgentNode]:
-    """A node with a running test kubelet and agent, registered."""
+    """A node with a running test kubelet and agent, registered, in a pool with ``overcommit``."""
     root = Path(tempfile.mkdtemp(prefix="gpa", dir="/tmp"))
     kubelet = TestKubelet(root)
     await kubelet.start()
@@ -164,6 +170,7 @@ async def agent_node(
         DeviceBoard(),
         slots,
         installed_isolation(root, isolation),
+        overcommit,
     )
     await node.start_agent()
     try:

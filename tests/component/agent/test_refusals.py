@@ -130,6 +130,18 @@ async def test_a_record_that_oversubscribes_a_gpu_is_refused() -> None:
             await node.kubelet.start_container(second["metadata"]["uid"], "main")
 
 
+async def test_shares_start_up_to_the_pools_overcommit_and_no_further() -> None:
+    """The capacity the scheduler packs a Shared pool's GPU to is what the node lets start."""
+    async with agent_node("h100", overcommit=(2.0, 1.5)) as node:
+        await node.kubelet.wait_devices(RESOURCE_GPU, 32)
+        sizes = [(70, 40960), (50, 40960), (60, 40000)]  # 180% of compute, 149% of memory
+        for i, (cores, mib) in enumerate(sizes):
+            await node.run(share_pod(f"s{i}", [(4, "GPU-node-a-4")], cores=cores, memory_mib=mib))
+        over = share_pod("over", [(4, "GPU-node-a-4")], cores=30, memory_mib=1024)
+        with pytest.raises(ContainerStartError, match=r"oversubscribed \(compute 2100/2000"):
+            await node.run(over)
+
+
 async def test_an_exclusive_gpu_is_not_shared() -> None:
     async with agent_node("h100") as node:
         await node.kubelet.wait_devices(RESOURCE_GPU, 32)

@@ -10,7 +10,7 @@ from gpupool.agent.devices import advertised, gpu_of, preferred, slot_id
 from gpupool.agent.fakenvml import FakeNvml, preset_devices
 from gpupool.agent.inventory import publication
 from gpupool.agent.nvml import short_model
-from gpupool.agent.pools import slots_for
+from gpupool.agent.pools import sharing_for
 from gpupool.kube.objects.records import NodeRecord, NodeStatusRecord, ObjectMeta
 from gpupool.kube.objects.translate import node_spec
 from gpupool.kube.objects.vocabulary import (
@@ -20,6 +20,7 @@ from gpupool.kube.objects.vocabulary import (
     LABEL_GPU_MODEL,
     RESOURCE_GPU,
 )
+from gpupool.policy.membership import GpuSharing
 from gpupool.policy.spec import DEFAULT_MAX_PODS_PER_GPU
 
 
@@ -86,7 +87,7 @@ def test_the_scheduler_counts_gpus_not_slots() -> None:
     assert spec.gpu_memory_mib == 81559
 
 
-def test_pool_decides_slots() -> None:
+def test_pool_decides_slots_and_overcommit() -> None:
     pools = [
         {"metadata": {"name": "b"}, "spec": {"mode": "Shared", "nodeSelector": {"pool": "s"}}},
         {
@@ -94,17 +95,19 @@ def test_pool_decides_slots() -> None:
             "spec": {
                 "mode": "Shared",
                 "nodeSelector": {"pool": "s"},
-                "shared": {"maxPodsPerGPU": 7},
+                "shared": {"maxPodsPerGPU": 7, "computeOvercommit": 2, "memoryOvercommit": 1.5},
             },
         },
         {"metadata": {"name": "c"}, "spec": {"mode": "Exclusive", "nodeSelector": {"pool": "x"}}},
     ]
-    assert slots_for(pools, {"pool": "s"}) == 0  # two pools select it: in none, no GPU pods
-    assert slots_for(pools[1:], {"pool": "s"}) == 7
-    assert slots_for(pools, {"pool": "x"}) == 1
-    assert slots_for(pools, {"pool": "none"}) == DEFAULT_MAX_PODS_PER_GPU  # the default pool
-    assert slots_for(pools[:1], {"pool": "s"}) == 4  # the CRD default
-    assert slots_for([], {}) == DEFAULT_MAX_PODS_PER_GPU
+    # two pools select it: in none, no GPU pods
+    assert sharing_for(pools, {"pool": "s"}).pods_per_gpu == 0
+    assert sharing_for(pools[1:], {"pool": "s"}) == GpuSharing(7, 2.0, 1.5)
+    assert sharing_for(pools, {"pool": "x"}).pods_per_gpu == 1
+    default = sharing_for(pools, {"pool": "none"})  # the default pool
+    assert default == GpuSharing(DEFAULT_MAX_PODS_PER_GPU)
+    assert sharing_for(pools[:1], {"pool": "s"}).pods_per_gpu == 4  # the CRD default
+    assert sharing_for([], {}).pods_per_gpu == DEFAULT_MAX_PODS_PER_GPU
 
 
 def test_fake_presets_and_models() -> None:

@@ -9,8 +9,9 @@ import msgspec
 import pytest
 
 from gpupool.agent.telemetry import PodGpuUsage, UsageTracker
-from gpupool.governance.decisions import Rule
-from gpupool.governance.rules import PodWarning
+from gpupool.governance.decisions import Rule, Warn
+from gpupool.governance.rules import CleanupLimits, PodFacts, PodWarning, decide
+from gpupool.governance.usage import UsageHistory, UsagePoint
 from gpupool.kube.governance.facts import (
     PodUsage,
     format_warning,
@@ -25,6 +26,7 @@ from gpupool.kube.governance.ledger import finished_at
 from gpupool.kube.objects.records import NodeRecord, PodRecord
 from gpupool.kube.objects.timestamps import parse_time
 from gpupool.kube.objects.usage_signal import UsageSignalError, decode_usage, encode_usage
+from gpupool.kube.objects.vocabulary import LABEL_CLASS
 
 
 def _node(annotations: dict[str, str] | None = None, ready: str = "True") -> NodeRecord:
@@ -131,8 +133,8 @@ def test_warning_round_trip_and_garbage() -> None:
         assert parse_warning(text) is None
 
 
-def _pod(namespace: str, queue: str = "") -> PodRecord:
-    labels = {"gpupool.io/queue": queue} if queue else {}
+def _pod(namespace: str, queue: str = "", labels: dict[str, str] | None = None) -> PodRecord:
+    labels = {**({"gpupool.io/queue": queue} if queue else {}), **(labels or {})}
     raw = {"metadata": {"name": "p", "namespace": namespace, "labels": labels}}
     return msgspec.convert(raw, PodRecord)
 
@@ -158,9 +160,47 @@ def test_limits_come_from_the_shared_parser_and_a_bad_pool_is_left_out() -> None
     assert pool.name == "a"  # "bad" selects every node but was left out, as the scheduler does
     limits = settings.limits_for(pool, _pod("other"))
     assert (limits.idle_threshold_percent, limits.idle_period, limits.grace) == (5, 1800, 120)
-    assert (limits.max_share_duration, limits.exempt_classes) == (8 * 3600, {"serving"})
+    assert (limits.max_share_duration, limits.exempt_classes) == (8 * 3600, set())
     assert settings.limits_for(pool, _pod("ns")).max_share_duration == 3600  # the queue's
     assert settings.limits_for(None, _pod("other")).idle_threshold_percent is None
+
+
+def test_an_exempt_class_is_held_to_the_limits_unless_its_queue_lists_the_class() -> None:
+    """``exemptClasses`` exempt only the classes the pod's queue lists in ``allowedClasses``.
+
+    A queue that restricts no class lets its tenants write any class label, ``serving``
+    included: the pool's exemption must not be theirs for the asking.
+    """
+    governance = {
+        "idleThreshold": {"gpuUtilPercent": 5},
+        "idleGrace": "30m",
+        "exemptClasses": ["serving"],
+    }
+    spec = {"mode": "Shared", "nodeSelector": {"pool": "a"}, "governance": governance}
+    pools = [{"metadata": {"name": "a"}, "spec": spec}]
+    queues = [
+        {"metadata": {"name": "open"}, "spec": {"namespaces": ["open"]}},
+        {"metadata": {"name": "lists"}, "spec": {"namespaces": ["lists"],
+                                                 "allowedClasses": ["serving", "batch"]}},
+    ]  # fmt: skip
+    settings = read_settings(pools, queues)
+    pool = settings.pool_of(_node())
+    assert pool is not None
+    assert pool.name == "a"
+    now = 6000.0  # idle (0 % SM) past the default idle period, however long it learns it
+    for namespace, exempt in (("open", False), ("lists", True), ("nowhere", False)):
+        pod = _pod(namespace, labels={LABEL_CLASS: "serving"})
+        assert settings.class_of(pod) == "serving"  # the class itself is allowed everywhere
+        limits = settings.limits_for(pool, pod)
+        idle = UsageHistory.of((UsagePoint(0.0, 0.0), UsagePoint(now, 0.0)), limits.activity)
+        facts = PodFacts(
+            uid="u", pod_class="serving", allocated_at=0.0, phase="Running", usage=idle
+        )
+        decision = decide(facts, limits, CleanupLimits(), now)
+        assert (decision is None) is exempt, (namespace, decision)
+        if not exempt:
+            assert isinstance(decision, Warn)
+            assert decision.rule is Rule.IDLE
 
 
 def test_the_queue_is_the_schedulers_rule_a_label_counts_only_where_it_serves() -> None:

@@ -17,7 +17,7 @@ import pytest
 from gpupool.kube.client.informer import ADDED
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.scheduler.config import LiveConfig
-from gpupool.kube.scheduler.live import LiveScheduler
+from gpupool.kube.scheduler.live import LiveScheduler, _holders
 
 from .builders import annotated, node, pod
 from .live_recorder import Recorder, live_scheduler, reasons_of, reports_of, settle
@@ -143,3 +143,26 @@ async def test_a_large_pod_blocked_after_its_pools_sweep_is_protected_in_a_later
     assert len(recorder.posted("/binding")) == 1
     reason = reasons_of(reports_of(scheduler))["small"]
     assert reason.startswith("backfill: would delay default/big2, reserved on node n2 from 20")
+
+
+async def test_no_pod_behind_a_holder_waits_without_a_reason() -> None:
+    """big holds n1 and is tried in every cycle; pods decided beside it are each told why at once.
+
+    ``wider`` asks no less than big, so it is skipped for big's size: it was deferred (big
+    fails in every cycle) and given no condition. ``huge`` asks more CPU than any node has: it
+    says it can never fit, and holds no reservation in any later cycle.
+    """
+    _, scheduler = await _cluster("large-pods")
+    scheduler._on_pod(ADDED, _pending("wider", 4, "600", cpu="2", created=_created(120)))
+    scheduler._on_pod(ADDED, _pending("huge", 4, "600", cpu="500", created=_created(120)))
+    await scheduler.cycle()
+    await settle(scheduler)
+
+    reasons = reasons_of(reports_of(scheduler))
+    assert reasons["wider"].endswith("(found for default/big, which asks no more).")
+    assert reasons["huge"].startswith("0/2 nodes are available: 2 Insufficient cpu")
+    assert reasons["huge"].endswith("(no node could ever hold it).")
+    for _ in range(2):
+        await scheduler.cycle()
+        await settle(scheduler)
+        assert _uid("huge") not in _holders(scheduler._reservations) | scheduler._awaiting

@@ -76,6 +76,7 @@ async def test_collector_reads_the_scheduler_at_scrape_time() -> None:
     scheduler.metrics.bind_failed("conflict")
     scheduler.pods.stats.lists = 3  # the first LIST and two relists
     scheduler.state.stats.conflicts = 2
+    scheduler.departures.deleted = 4
 
     def value(name: str, **labels: str) -> float | None:
         return registry.get_sample_value(P + name, labels)
@@ -94,6 +95,7 @@ async def test_collector_reads_the_scheduler_at_scrape_time() -> None:
     assert value("relists_total", resource="pods") == 2
     assert value("relists_total", resource="nodes") == 0
     assert value("allocation_conflicts_total") == 2
+    assert value("deleted_past_budget_wait_total") == 4
     assert value("leader") == 0
     leading[0] = True
     assert value("leader") == 1

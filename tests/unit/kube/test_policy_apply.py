@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpupool.kube.client.informer import ADDED, DELETED
+from gpupool.kube.client.informer import ADDED, DELETED, MODIFIED
 from gpupool.kube.objects import allocation
 from gpupool.kube.policy.book import epoch_seconds
 from gpupool.kube.scheduler.apply import ordering_wait
@@ -46,6 +46,54 @@ async def test_admit_binds_with_pool_and_queue_and_a_ceiling_holds_the_next_pod(
     await scheduler.cycle()
     assert scheduler.book.ledger.used.sum() == 1000
     assert set(scheduler.book.running) == {"uid-first"}
+
+
+async def test_a_bound_pod_relabelled_to_another_queue_stays_charged_to_its_recorded_queue() -> (
+    None
+):
+    """The label changed past admission (an administrator, no admission policy) moves no charge.
+
+    Charged to ``wide`` by its label, the pod would leave ``narrow``'s ceiling free for a
+    second pod while the cost ledger, which reads the signed record, still charged ``narrow``.
+    """
+    recorder = Recorder()
+    scheduler = live_scheduler(recorder)
+    add_policy(scheduler, "GPUPool", "x", {"mode": "Exclusive", "nodeSelector": {"pool": "x"}})
+    for name, ceiling in (("narrow", 1), ("wide", 8)):
+        quotas = [{"pool": "x", "ceiling": ceiling}]
+        add_policy(scheduler, "GPUQueue", name, {"namespaces": ["ml"], "quotas": quotas})
+    scheduler._on_node(ADDED, node("n0", gpus=2, labels={"pool": "x"}))
+    narrow = {"gpupool.io/queue": "narrow"}
+    scheduler._on_pod(ADDED, pod("first", namespace="ml", gpus=1, labels=narrow))
+    await scheduler.cycle()
+    await settle(scheduler)
+    ((_, body),) = recorder.posted("/binding")
+    annotations = body["metadata"]["annotations"]
+    assert allocation.decode(annotations["gpupool.io/allocation"]).queue == "narrow"
+
+    relabelled = pod(
+        "first",
+        namespace="ml",
+        gpus=1,
+        node="n0",
+        phase="Running",
+        annotations=annotations,
+        labels={"gpupool.io/queue": "wide"},
+        resource_version="2",
+    )
+    scheduler._on_pod(MODIFIED, relabelled)
+    scheduler._on_pod(ADDED, pod("second", namespace="ml", gpus=1, labels=narrow))
+    await scheduler.cycle()
+    await settle(scheduler)
+    book = scheduler.book
+    assert book.policy is not None
+    queues = [q.name for q in book.policy.tables.queues]
+    assert queues[book.running["uid-first"].queue] == "narrow"
+    assert book.ledger.used[queues.index("wide")].sum() == 0
+    assert len(recorder.posted("/binding")) == 1  # narrow's ceiling still holds the second
+    assert reasons_of(reports_of(scheduler))["second"] == (
+        "queue narrow: ceiling 1 GPU units reached in pool x"
+    )
 
 
 async def test_preemption_evicts_nominates_and_binds_the_preemptor_once_the_victim_is_gone() -> (
@@ -125,7 +173,7 @@ async def test_a_budget_refusing_the_eviction_becomes_the_preemptors_reason() ->
 
 def test_only_waits_behind_other_pods_are_retried_at_once() -> None:
     assert ordering_wait("waiting behind big in pool default")
-    assert ordering_wait("no room in pool default for a pod of this size this cycle")
+    assert ordering_wait("waiting behind big in pool default (backfill depth reached)")
     # its own verdict: parked with the reason, not retried alone where nothing is reserved
     assert not ordering_wait("backfill: would delay big, reserved on node n0 from t=5s")
     assert not ordering_wait("queue q: ceiling 1 GPU units reached in pool x")

@@ -100,3 +100,14 @@ def test_bad_backoff_settings_are_refused() -> None:
 def test_a_pod_refused_for_days_still_waits_the_cap() -> None:
     """Thousands of failed attempts: the wait stays at the cap (2.0 ** 1100 would overflow)."""
     assert SchedulingQueue().backoff_for(5_000) == 10.0
+
+
+def test_a_deferred_pod_is_offered_again_at_once_and_its_reason_told_once() -> None:
+    queue = SchedulingQueue()
+    queue.update({"p"}, {"p"}, now=0.0)
+    assert queue.pop_active(0.0, 0, order) == ["p"]
+    assert queue.deferred("p", "waiting behind big in pool default")
+    assert not queue.deferred("p", "waiting behind big in pool default")
+    assert queue.deferred("p", "waiting behind other in pool default")
+    assert queue.pop_active(0.0, 0, order) == ["p"]  # no backoff: it made no attempt
+    assert queue.entries["p"].attempts == 0

@@ -434,3 +434,26 @@ def test_pod_spec_equals_core_spec() -> None:
         gpu_milli=250,
         gpu_memory_mib=4096,
     )
+
+
+@pytest.mark.parametrize(
+    "source", ["gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi", "azureDisk", "cinder"]
+)
+def test_an_inline_in_tree_disk_is_refused_naming_the_volume_field(source: str) -> None:
+    raw = pod_dict("disk", gpus=1)
+    raw["spec"]["volumes"] = [
+        {"name": "scratch", "emptyDir": {}},
+        {"name": "data", source: {"volumeID": "vol-1"}},
+    ]
+    with pytest.raises(InvalidObjectError) as refused:
+        pod_spec(decode_pod(raw))
+    assert refused.value.field == f"spec.volumes[1].{source}"
+
+
+def test_claims_and_empty_dirs_are_not_inline_disks() -> None:
+    raw = pod_dict("claimed", gpus=1)
+    raw["spec"]["volumes"] = [
+        {"name": "scratch", "emptyDir": {}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+    ]
+    assert pod_spec(decode_pod(raw)).gpu_count == 1

@@ -57,7 +57,11 @@ def test_a_claim_pod_is_preempted_only_when_its_claim_counts_as_freed(
 
 @pytest.mark.parametrize("companions", [(CLAIM,), ()], ids=["companion", "none"])
 def test_a_reservation_counts_on_the_claim_pods_end(companions: tuple[str, ...]) -> None:
-    """The big pod's reservation starts when the claim pod ends, so a pod behind it keeps off."""
+    """The big pod's reservation starts when the claim pod ends (none: nothing frees the GPUs).
+
+    The long pod behind asks no GPU and leaves big its room at that start, so it starts either
+    way.
+    """
     cluster = _claim_pod_running(companions)
     big = work(whole("big", 4), "q", created_at=1)
     behind = work(PodSpec("behind", 1000, 1024), "q", created_at=2, runtime=9000.0)
@@ -67,8 +71,6 @@ def test_a_reservation_counts_on_the_claim_pods_end(companions: tuple[str, ...])
     reservations = result.reservations.get(0, ())
     if companions:
         assert [(r.pod, r.start_at) for r in reservations] == [("big", 5000.0)]
-        assert isinstance(second, Wait)
-        assert second.reason == "backfill: would delay big, reserved on node n0 from t=5000s"
     else:
         assert reservations == ()  # nothing it knows of ever frees the GPUs
-        assert not isinstance(second, Wait)
+    assert not isinstance(second, Wait)

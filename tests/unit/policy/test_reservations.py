@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 
+from gpupool.core.model import PodSpec
 from gpupool.policy.spec import PolicyConfig, PoolMode, PoolSpec
 from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.backfill import Reservation
@@ -306,3 +307,36 @@ def test_strict_order_holds_no_reservations() -> None:
     result = cluster.cycle(pending(runtime=100.0), 10.0)
     assert all(isinstance(decision, Wait) for decision in result.decisions)
     assert result.reservations == {}
+
+
+def _cpu_hungry(name: str, created_at: float) -> Workload:
+    """Four GPUs and 40 of a node's 64 CPUs."""
+    return work(
+        PodSpec(name, 40_000, 1024, gpu_count=4, gpu_milli=1000), "q", created_at=created_at
+    )
+
+
+@pytest.mark.parametrize(("cpu", "starts"), [(1000, True), (30_000, False)])
+def test_a_pod_asking_no_gpu_backfills_on_a_reserved_node_only_where_it_leaves_the_room(
+    cpu: int, starts: bool
+) -> None:
+    """Both nodes are reserved for 40-CPU pods; a long CPU pod starts only if 40 CPUs stay free.
+
+    Kept off every reserved node whatever it asked, a CPU pod waited beside idle cores for as
+    long as the reservations held (a ``cpu: 2`` pod on four reserved nodes, never bound).
+    """
+    cluster = two_busy_nodes(per_pool=2)
+    pods = [
+        _cpu_hungry("big1", 1),
+        _cpu_hungry("big2", 2),
+        work(PodSpec("cpu", cpu, 1024), "q", created_at=3, runtime=9000.0),
+    ]
+    result = cluster.cycle(pods, 10.0)
+    *_, decision = result.decisions
+    assert len(result.reservations[0]) == 2
+    if starts:
+        assert isinstance(decision, Admit)
+    else:
+        assert isinstance(decision, Wait)
+        assert decision.reason.startswith("backfill: would delay big")
+    assert cluster.snapshot.cpu_free.tolist() == [63_000, 63_000]  # the what-ifs undone

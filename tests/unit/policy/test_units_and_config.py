@@ -71,7 +71,7 @@ def test_a_full_config_parses_with_crd_defaults() -> None:
                      allowedClasses=["inference", "dev"],
                      governance={"idleThreshold": {"gpuUtilPercent": 5}, "idleGrace": "30m",
                                  "maxShareDuration": "8h", "exemptClasses": ["inference"]}),
-            pool_doc("plain"),
+            pool_doc("plain", disruptionBudgetWait="45s", maxEvictionGracePeriodSeconds=10),
             {"kind": "GPUPool", "metadata": {"name": "x"}, "spec": {"mode": "Exclusive"}},
             queue_doc("research", priority=100, weight=2, maxConcurrentPods=50,
                       quotas=[{"pool": "a100-shared", "guaranteed": 4, "ceiling": 12}],
@@ -91,6 +91,8 @@ def test_a_full_config_parses_with_crd_defaults() -> None:
     assert (governed.max_share_duration, governed.grace) == (8 * 3600.0, 300.0)
     assert governed.exempt_classes == {"inference"}
     assert plain.governance.idle_threshold_percent is None  # no idle reclaim unless asked
+    assert (plain.eviction.budget_wait, plain.eviction.max_grace) == (45.0, 10)
+    assert (shared.eviction.budget_wait, shared.eviction.max_grace) == (300.0, 30)  # defaults
     (research,) = config.queues
     assert research.max_share_duration == 7200.0
     assert (research.priority, research.weight, research.max_concurrent_pods) == (100, 2.0, 50)
@@ -174,6 +176,12 @@ def test_a_class_counts_only_where_the_pods_own_queue_allows_it() -> None:
         ([pool_doc(governance={"exemptClasses": "dev"})],
          "spec.governance.exemptClasses: must be a list"),
         ([pool_doc(governance=[])], "spec.governance: must be a mapping"),
+        ([pool_doc(disruptionBudgetWait="5 minutes")],
+         "GPUPool a: spec.disruptionBudgetWait: must be a duration"),
+        ([pool_doc(maxEvictionGracePeriodSeconds=0)],
+         "GPUPool a: spec.maxEvictionGracePeriodSeconds: must be 1..3600, got 0"),
+        ([pool_doc(maxEvictionGracePeriodSeconds="30")],
+         "GPUPool a: spec.maxEvictionGracePeriodSeconds: must be an integer"),
         ([queue_doc(maxShareDuration="0s")], "GPUQueue q: spec.maxShareDuration: must be longer"),
         ([{"kind": "Pod", "metadata": {"name": "x"}}], "document 0: kind: must be GPUPool"),
         ([{"kind": "GPUQueue", "spec": {}}], "document 0 (GPUQueue): metadata.name: required"),

@@ -115,7 +115,10 @@ def test_idle_pods_in_a_governed_pool_are_warned_then_reclaimed_busy_ones_never(
         grace=300.0,
         exempt_classes=frozenset({"inference"}),
     )
-    cluster = EmbeddedCluster(nodes(1), PolicyConfig(), limits={"default": limits})
+    # the exemption holds for a class the pod's queue lists in allowedClasses
+    serving_queue = QueueSpec("a", frozenset({"a"}), allowed_classes=frozenset({"inference"}))
+    config = PolicyConfig(queues=(serving_queue,))
+    cluster = EmbeddedCluster(nodes(1), config, limits={"default": limits})
     cluster.submit(Submission(whole("a/busy", 1), 10_000.0))
     cluster.submit(Submission(whole("a/idle", 1), 10_000.0, idle=True))
     exempt = Workload(
@@ -128,4 +131,4 @@ def test_idle_pods_in_a_governed_pool_are_warned_then_reclaimed_busy_ones_never(
     assert actions == [("warn", "a/idle"), ("reclaim", "a/idle")]
     assert set(cluster.running) == {"a/busy", "a/serve"}
     assert cluster.reclaims == 1
-    assert cluster.gpu_hours["default"] > 0  # the reclaimed share was counted
+    assert cluster.gpu_hours["a"] > 0  # the reclaimed share was counted

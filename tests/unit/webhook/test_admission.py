@@ -215,6 +215,23 @@ def test_updates_may_not_forge_an_allocation_or_move_queues() -> None:
     assert update(old, finalizer_removed) == Verdict()
 
 
+def test_a_bound_pods_queue_and_class_labels_are_fixed_naming_the_field() -> None:
+    """In ``shared``, both queues serve the namespace: only the bind makes the change wrong."""
+    labels = {"gpupool.io/queue": "research", "gpupool.io/class": "default"}
+    old = pod({"gpupool.io/gpu": "1"}, labels=labels, namespace="shared")
+    bound = dict(old, spec=old["spec"] | {"nodeName": "n1"})
+    for key, value in (("gpupool.io/queue", "prod"), ("gpupool.io/class", "batch")):
+        for changed in ({**labels, key: value}, {k: v for k, v in labels.items() if k != key}):
+            new = dict(bound, metadata=bound["metadata"] | {"labels": changed})
+            field, message = refused(update(bound, new))
+            assert field == f"metadata.labels[{key}]"
+            assert message.startswith("fixed once the pod is bound")
+            unbound = dict(old, metadata=old["metadata"] | {"labels": changed})
+            assert update(old, unbound).allowed  # before the bind, a serving queue may be chosen
+    other = dict(bound, metadata=bound["metadata"] | {"labels": {**labels, "team": "x"}})
+    assert update(bound, other) == Verdict()
+
+
 def test_an_update_is_not_judged_again_on_resources() -> None:
     old = pod({"gpupool.io/gpu": "8"})
     smaller = ClusterFacts(most_gpus_per_node=4, models=frozenset({"H100"}))

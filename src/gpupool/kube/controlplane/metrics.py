@@ -156,6 +156,12 @@ class SchedulerCollector(Collector):
             "Bound pods whose allocation could not be held: GPUs already taken, or a bad record.",
             value=scheduler.state.stats.conflicts,
         )
+        yield CounterMetricFamily(
+            f"{PREFIX}deleted_past_budget_wait",
+            "Pods deleted after their evictions were refused (a PodDisruptionBudget) for their "
+            "pool's disruptionBudgetWait: preemption victims and governance reclaims.",
+            value=scheduler.departures.deleted,
+        )
         if self.governance is not None:
             yield from _governance_families(self.governance)
 

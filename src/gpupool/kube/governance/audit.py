@@ -3,7 +3,7 @@
 One place builds every :class:`~gpupool.store.records.AuditEvent` the control plane writes, so
 each carries the same fields (object, reason, the deciding values, tenant, pool, actor) and a
 key chosen so that an action recorded twice (a retried pass, a restarted controller, two code
-paths) is one row: ``bind/<uid>``, ``warn/<uid>/<rule>``, ``reclaimed/<uid>``,
+paths) is one row: ``bind/<uid>``, ``preempt/<uid>``, ``warn/<uid>/<rule>``, ``reclaimed/<uid>``,
 ``cleanedup/<uid>``, ``policy/<kind>/<uid>/<generation>``. Without a store (no ``--db``) every
 method does nothing: Events and logs still say what happened.
 """
@@ -27,6 +27,8 @@ ACTIONS = {
     Rule.DECLARED_RUNTIME: AuditAction.TIME_LIMIT,
 }
 """The audit action of each rule's records; every other rule is a cleanup."""
+_DECISIONS = {"bind": AuditAction.BIND, "preempt": AuditAction.PREEMPT}
+"""The audit action of each scheduler decision the hook reports; the others are rejections."""
 REASON_LENGTH = 2000
 
 
@@ -51,18 +53,21 @@ class Auditor:
     def decision(
         self, pod: PodRecord, what: str, detail: str, settings: GovernanceSettings, now: float
     ) -> None:
-        """A bind (``detail``: ``node=... gpus=...``) or a rejection (``detail``: the reason).
+        """A bind, a rejection or a preemption victim's departure, as the scheduler reports it.
 
-        Called synchronously from the scheduling loop; the record is queued by a task.
+        ``detail`` is ``node=... gpus=...`` for a bind, the reason for a rejection, and for a
+        victim (``preempt``) who took its place, its grace and the budget that blocked its
+        eviction. Called synchronously from the scheduling loop; the record is queued by a task.
         """
         if self.writer is None:
             return
         meta = pod.metadata
         bind = what == "bind"
         values = dict(part.split("=", 1) for part in detail.split() if "=" in part) if bind else {}
+        keys = {"bind": f"bind/{meta.uid}", "preempt": f"preempt/{meta.uid}"}
         event = AuditEvent(
             time=_moment(now),
-            action=AuditAction.BIND if bind else AuditAction.REJECT,
+            action=_DECISIONS.get(what, AuditAction.REJECT),
             kind="Pod",
             namespace=meta.namespace,
             name=meta.name,
@@ -71,7 +76,7 @@ class Auditor:
             values=values,
             tenant=settings.queue_of(pod),
             actor=self.actor,
-            **({"key": f"bind/{meta.uid}"} if bind else {}),
+            **({"key": keys[what]} if what in keys else {}),
         )
         task = asyncio.get_running_loop().create_task(self.writer.audit(event))
         self._pending.add(task)
@@ -86,8 +91,13 @@ class Auditor:
         key: str,
         settings: GovernanceSettings,
         pool: str,
+        note: str = "",
     ) -> None:
-        """A governance step (warned, evicted, gone, released) with its rule and values."""
+        """A governance step (warned, evicted, deleted, gone, released) with its rule and values.
+
+        ``note`` says how a removed pod left (its grace; the budget that blocked its eviction
+        and for how long, when it was deleted past the pool's wait).
+        """
         if self.writer is None:
             return
         meta = pod.metadata
@@ -99,7 +109,7 @@ class Auditor:
                 namespace=meta.namespace,
                 name=meta.name or meta.uid,
                 uid=meta.uid,
-                reason=f"{step}: {decision.message}"[:REASON_LENGTH],
+                reason=f"{step}: {decision.message}{'; ' + note if note else ''}"[:REASON_LENGTH],
                 values={"rule": decision.rule.value, "step": step, **decision.values},
                 tenant=settings.queue_of(pod),
                 pool=pool,

@@ -9,9 +9,12 @@ pass: a handful of objects) and the node agent's usage annotation. The pure rule
   the warning time lives on the pod *and* in memory, so a restarted controller continues where
   the last one stopped, and a tenant who deletes or post-dates the annotation gains nothing
   while this controller runs (the earlier of the two times counts);
-* a reclaim or a cleanup is an eviction through the Eviction API (``policy/v1``), so
-  PodDisruptionBudgets hold: a 429 means the budget blocks it now, and the pod is tried again
-  on a later pass, never deleted around the budget;
+* a reclaim or a cleanup removes the pod the way preemption does
+  (:mod:`gpupool.kube.scheduler.departures`): an eviction through the Eviction API
+  (``policy/v1``), tried again on later passes while a PodDisruptionBudget refuses it, and a
+  direct delete once refusals have lasted the pool's ``disruptionBudgetWait`` (a budget must
+  not make a pod immune to idle reclaim and time limits); the grace is capped by the pool's
+  ``maxEvictionGracePeriodSeconds``, and the Event and audit say what was given;
 * a phantom allocation (a share the scheduler's cache still counts for a pod the API server
   says is gone, finished or bound elsewhere) is released in the cache within the pass that finds
   it, after the API server confirmed it with a direct read, so a pod created after the list was
@@ -60,6 +63,7 @@ from gpupool.kube.objects.vocabulary import (
 )
 from gpupool.kube.policy.book import expected_runtime
 from gpupool.kube.scheduler.claim_ledger import claim_gpus_by_pod
+from gpupool.kube.scheduler.departures import Outcome
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.store.writer import StoreWriter
 
@@ -335,17 +339,19 @@ class GovernanceController:
         elif isinstance(decision, Reclaim | Cleanup):
             if uid in self._evicted:
                 return  # evicted already; its deletion has not reached the cache yet
-            outcome = await self._evict(pod)
-            if outcome == "blocked":
+            departure = await self.scheduler.departures.remove(pod)
+            if departure.outcome is Outcome.REFUSED:
                 self.stats.evictions_blocked += 1
+                log.warning("evicting %s: %s (tried again next pass)", pod.key, departure.note)
                 return
             self._evicted.add(uid)
             counter = self.stats.reclaims if isinstance(decision, Reclaim) else self.stats.cleanups
             counter[decision.rule.value] += 1
             verb = "Reclaimed" if isinstance(decision, Reclaim) else "CleanedUp"
-            self.scheduler.reports.event(pod, "Warning", verb, decision.message)
-            step = "evicted" if outcome == "evicted" else "gone"
-            await self._audit(pod, decision, now, step, f"{verb.lower()}/{uid}")
+            message = "; ".join(filter(None, (decision.message, departure.note)))
+            self.scheduler.reports.event(pod, "Warning", verb, message)
+            step = departure.outcome.value
+            await self._audit(pod, decision, now, step, f"{verb.lower()}/{uid}", departure.note)
 
     async def _annotate(self, pod: PodRecord, value: str | None) -> None:
         meta = pod.metadata
@@ -357,32 +363,19 @@ class GovernanceController:
             if error.status != 404:
                 log.warning("annotating %s: %s", pod.key, error)
 
-    async def _evict(self, pod: PodRecord) -> str:
-        """``evicted``, ``gone`` or ``blocked`` (a PodDisruptionBudget or a server error)."""
-        meta = pod.metadata
-        body = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": meta.name, "namespace": meta.namespace},
-            "deleteOptions": {"preconditions": {"uid": meta.uid}},
-        }
-        try:
-            await self.api.create(
-                f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/eviction", body
-            )
-        except ApiError as error:
-            if error.status in (404, 409):  # gone, or replaced by a pod of the same name
-                return "gone"
-            log.warning("evicting %s: %s (tried again next pass)", pod.key, error)
-            return "blocked"
-        return "evicted"
-
     async def _audit(
-        self, pod: PodRecord, decision: Action, now: float, step: str, key: str
+        self, pod: PodRecord, decision: Action, now: float, step: str, key: str, note: str = ""
     ) -> None:
         pool = self.settings.pool_of(self.scheduler.state.nodes.get(pod.spec.node_name))
         await self.auditor.action(
-            pod, decision, now, step, key, self.settings, pool.name if pool is not None else ""
+            pod,
+            decision,
+            now,
+            step,
+            key,
+            self.settings,
+            pool.name if pool is not None else "",
+            note,
         )
 
     # -- phantoms ----------------------------------------------------------------------------

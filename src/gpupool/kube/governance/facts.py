@@ -209,13 +209,18 @@ class GovernanceSettings:
         )
 
     def limits_for(self, pool: PoolSpec | None, pod: PodRecord) -> Limits:
-        """The pool's limits with the pod's queue's share-duration limit applied."""
+        """The pool's limits as they apply to a pod of its queue.
+
+        The queue's share-duration limit applies, and the pool's exemptions only for classes
+        the queue lists (:meth:`Limits.with_queue_classes`).
+        """
         queue = self.queue_of(pod)
         spec = next((q for q in self.config.queues if q.name == queue), None)
         queue_limit = spec.max_share_duration if spec is not None else None
         if pool is None:
             return Limits().with_queue_limit(queue_limit)
-        return Limits.of_pool(pool.governance, queue_limit)
+        limits = Limits.of_pool(pool.governance, queue_limit)
+        return limits.with_queue_classes(spec.allowed_classes if spec is not None else frozenset())
 
 
 def read_settings(

@@ -21,7 +21,9 @@ be down, need no certificates, and apply to every user, ``system:masters`` inclu
   its namespace allows (``spec.allowedClasses``); its parameters are the GPUQueues themselves,
   since what it checks is policy a cluster admin writes, not an identity.
 * ``gpupool-declared-runtime``: a pod's ``gpupool.io/expected-runtime`` is fixed at creation
-  (it bought the pod's backfill slot and is its time limit), for every user.
+  (it bought the pod's backfill slot and is its time limit), and its ``gpupool.io/queue`` and
+  ``gpupool.io/class`` labels once it is bound (its signed record charges it to that queue),
+  for every user.
 
 :func:`gpupool.kube.install.crds.install_crds` installs them with the definitions. The
 identities are written into the policies' match conditions when they are installed, so there is
@@ -64,7 +66,8 @@ QUEUE_CLASS_MANIFEST = "queue-classes.yaml"
 GPUQueues as parameters, so it is installed once their definition is served."""
 QUEUE_CLASS_POLICY_NAME = "gpupool-queue-classes"
 DECLARED_RUNTIME_MANIFEST = "declared-runtime.yaml"
-"""No update sets, changes or removes a pod's declared runtime (no identity to fill in)."""
+"""No update sets, changes or removes a pod's declared runtime, nor a bound pod's queue or class
+label (no identity to fill in)."""
 DECLARED_RUNTIME_POLICY_NAME = "gpupool-declared-runtime"
 
 

@@ -25,6 +25,7 @@ class ObjectMeta(msgspec.Struct, frozen=True, rename="camel"):
     deletion_timestamp: str | None = None
     creation_timestamp: str | None = None
     generation: int = 0
+    finalizers: tuple[str, ...] = ()
 
 
 class KubeObject(msgspec.Struct, frozen=True):
@@ -105,16 +106,73 @@ class NodeSelector(msgspec.Struct, frozen=True, rename="camel"):
     node_selector_terms: tuple[NodeSelectorTerm, ...] = ()
 
 
+class PreferredSchedulingTerm(msgspec.Struct, frozen=True):
+    """A weighted node-affinity term that ranks nodes and filters none."""
+
+    weight: int = 0
+    preference: NodeSelectorTerm = NodeSelectorTerm()
+
+
 class NodeAffinity(msgspec.Struct, frozen=True, rename="camel"):
-    """The required part of a pod's node affinity (the preferred part does not filter)."""
+    """A pod's node affinity: required terms filter nodes, preferred ones rank them."""
 
     required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+    preferred_during_scheduling_ignored_during_execution: tuple[PreferredSchedulingTerm, ...] = ()
+
+
+class LabelSelectorRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """A label selector (``matchExpressions`` have the node selector's fields)."""
+
+    match_labels: dict[str, str] = {}
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+
+
+class PodAffinityTermRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """One pod (anti-)affinity term."""
+
+    topology_key: str = ""
+    label_selector: LabelSelectorRecord | None = None
+    namespaces: tuple[str, ...] = ()
+    namespace_selector: LabelSelectorRecord | None = None
+    match_label_keys: tuple[str, ...] = ()
+    mismatch_label_keys: tuple[str, ...] = ()
+
+
+class WeightedPodAffinityTermRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """A preferred pod (anti-)affinity term and its weight."""
+
+    weight: int = 0
+    pod_affinity_term: PodAffinityTermRecord = PodAffinityTermRecord()
+
+
+class PodAffinityRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """``podAffinity`` or ``podAntiAffinity``: required and preferred terms."""
+
+    required_during_scheduling_ignored_during_execution: tuple[PodAffinityTermRecord, ...] = ()
+    preferred_during_scheduling_ignored_during_execution: tuple[
+        WeightedPodAffinityTermRecord, ...
+    ] = ()
 
 
 class Affinity(msgspec.Struct, frozen=True, rename="camel"):
     """The pod affinity fields the scheduler reads."""
 
     node_affinity: NodeAffinity | None = None
+    pod_affinity: PodAffinityRecord | None = None
+    pod_anti_affinity: PodAffinityRecord | None = None
+
+
+class TopologySpreadConstraintRecord(msgspec.Struct, frozen=True, rename="camel"):
+    """One ``spec.topologySpreadConstraints[]`` entry."""
+
+    max_skew: int = 0
+    topology_key: str = ""
+    when_unsatisfiable: str = ""
+    label_selector: LabelSelectorRecord | None = None
+    min_domains: int | None = None
+    node_affinity_policy: str | None = None
+    node_taints_policy: str | None = None
+    match_label_keys: tuple[str, ...] = ()
 
 
 class PodResourceClaim(msgspec.Struct, frozen=True, rename="camel"):
@@ -123,6 +181,57 @@ class PodResourceClaim(msgspec.Struct, frozen=True, rename="camel"):
     name: str = ""
     resource_claim_name: str | None = None
     resource_claim_template_name: str | None = None
+
+
+class PersistentVolumeClaimSource(msgspec.Struct, frozen=True, rename="camel"):
+    """``spec.volumes[].persistentVolumeClaim``: the claim a volume mounts."""
+
+    claim_name: str = ""
+
+
+INLINE_DISKS = (
+    "gce_persistent_disk",
+    "aws_elastic_block_store",
+    "rbd",
+    "iscsi",
+    "azure_disk",
+    "cinder",
+)
+
+
+def _camel(field: str) -> str:
+    head, *rest = field.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+class Volume(msgspec.Struct, frozen=True, rename="camel"):
+    """A pod volume, as far as scheduling reads it: whether a claim backs it.
+
+    ``ephemeral`` is kept raw: only its presence matters (its claim, ``<pod>-<volume>``, is
+    made by kube-controller-manager and read like any other).
+    """
+
+    name: str = ""
+    persistent_volume_claim: PersistentVolumeClaimSource | None = None
+    ephemeral: dict[str, Any] | None = None
+    gce_persistent_disk: dict[str, Any] | None = None
+    aws_elastic_block_store: dict[str, Any] | None = None
+    rbd: dict[str, Any] | None = None
+    iscsi: dict[str, Any] | None = None
+    azure_disk: dict[str, Any] | None = None
+    cinder: dict[str, Any] | None = None
+
+    def inline_disk(self) -> str:
+        """The field of an inline in-tree disk this volume names ("" for none).
+
+        kube-scheduler keeps two pods mounting one such disk apart (VolumeRestrictions) and
+        counts them against the node's attach limit; gpupool does neither, so such a pod is
+        refused naming the field (:func:`gpupool.kube.objects.translate.pod_spec`).
+        """
+        for field in INLINE_DISKS:
+            if getattr(self, field) is not None:
+                return _camel(field)
+        return ""
 
 
 class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
@@ -137,11 +246,14 @@ class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
     node_selector: dict[str, str] = {}
     affinity: Affinity = Affinity()
     tolerations: list[Toleration] = []
+    topology_spread_constraints: tuple[TopologySpreadConstraintRecord, ...] = ()
     scheduling_gates: list[dict[str, str]] = []
     resource_claims: tuple[PodResourceClaim, ...] = ()
     resources: ResourceRequirements | None = None
     """Pod-level requests and limits (PodLevelResources): for cpu, memory and hugepages they
     replace the containers' sum."""
+    volumes: tuple[Volume, ...] = ()
+    termination_grace_period_seconds: int | None = None
 
 
 class ContainerStateWaiting(msgspec.Struct, frozen=True):

@@ -9,10 +9,12 @@ Every refusal names the field, e.g.
 ``spec.containers[0].resources.limits[gpupool.io/gpu-cores]: must be 1..100, got 150``.
 
 A pod's node selector, required node affinity and tolerations, and a node's taints, readiness and
-cordon, become the core's values too (:mod:`gpupool.core.constraints`), so which node a pod may
-use is decided by the core's one definition, in the live scheduler as in the simulator; a field
-the core refuses is named by its path (``spec.tolerations[1].operator: ...``). Preferred affinity
-does not filter and is not read.
+cordon, become the core's values too (:mod:`gpupool.core.constraints`; inter-pod affinity and
+topology spread: :mod:`gpupool.kube.objects.translate_affinity`), so which node a pod may use
+is decided by the core's one definition, in the live scheduler as in the simulator; a field
+the core refuses is named by its path (``spec.tolerations[1].operator: ...``). Preferred node
+affinity filters nothing and ranks nodes the GPU score leaves tied
+(:mod:`gpupool.core.node_preference`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from gpupool.core.constraints import (
     NodeConstraints,
-    Requirement,
+    PreferredTerm,
     SelectorTerm,
     Taint,
     Toleration,
@@ -35,14 +37,18 @@ from gpupool.core.model import (
     NodeSpec,
     PodSpec,
 )
+from gpupool.kube.objects.object_error import InvalidObjectError as InvalidObjectError
+from gpupool.kube.objects.object_error import at as _at
+from gpupool.kube.objects.object_error import requirements as _requirements
 from gpupool.kube.objects.quantity import QuantityError, to_count, to_mib, to_milli, to_value
 from gpupool.kube.objects.records import (
     Container,
     NodeRecord,
-    NodeSelectorRequirement,
     NodeSelectorTerm,
     PodRecord,
+    PreferredSchedulingTerm,
 )
+from gpupool.kube.objects.translate_affinity import pod_terms
 from gpupool.kube.objects.vocabulary import (
     ANNOTATION_ALLOWED_MODELS,
     ANNOTATION_GPU_UNHEALTHY,
@@ -59,16 +65,7 @@ from gpupool.kube.objects.vocabulary import (
 
 UNKNOWN_MODEL = "unknown"
 AFFINITY_PATH = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-
-
-class InvalidObjectError(ValueError):
-    """An API object has a field gpupool cannot schedule; ``field`` is its path."""
-
-    def __init__(self, owner: str, field: str, message: str) -> None:
-        super().__init__(f"{owner}: {field}: {message}")
-        self.owner = owner
-        self.field = field
-        self.message = message
+PREFERRED_PATH = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
 
 
 Convert = Callable[[str], int]
@@ -215,6 +212,19 @@ def _sum_with_sidecars(
     return total, path
 
 
+def _refuse_inline_disks(owner: str, pod: PodRecord) -> None:
+    """Refuse a volume gpupool cannot place as kube-scheduler would, naming its field."""
+    for index, volume in enumerate(pod.spec.volumes):
+        disk = volume.inline_disk()
+        if disk:
+            raise InvalidObjectError(
+                owner,
+                f"spec.volumes[{index}].{disk}",
+                "inline in-tree disk volumes are not supported by gpupool's scheduler "
+                "(no disk-conflict or attach-limit check); use a PersistentVolumeClaim",
+            )
+
+
 def pod_spec(pod: PodRecord) -> PodSpec:
     """The core's view of ``pod``, named by its uid (names can be reused, uids cannot).
 
@@ -222,6 +232,7 @@ def pod_spec(pod: PodRecord) -> PodSpec:
         InvalidObjectError: A gpupool resource has a value that cannot be scheduled.
     """
     owner = f"pod {pod.key}"
+    _refuse_inline_disks(owner, pod)
     requests = effective_requests(pod)
 
     def effective(name: str) -> tuple[int, str]:
@@ -274,6 +285,9 @@ def pod_spec(pod: PodRecord) -> PodSpec:
             constraints=node_constraints(pod),
             extra_resources=_extras(owner, requests),
             host_ports=host_ports(pod),
+            namespace=pod.metadata.namespace,
+            labels=tuple(sorted(pod.metadata.labels.items())),
+            terms=pod_terms(pod),
         )
     except InvalidSpecError as error:
         raise InvalidObjectError(owner, error.field_name, str(error)) from None
@@ -402,23 +416,6 @@ def gpu_uuids(node: NodeRecord, count: int) -> tuple[str, ...]:
     return tuple(listed[i].strip() if i < len(listed) else "" for i in range(count))
 
 
-def _at(owner: str, path: str, error: InvalidSpecError) -> InvalidObjectError:
-    """The core's refusal of a value, reported at the value's path in the object."""
-    return InvalidObjectError(owner, f"{path}.{error.field_name}", str(error))
-
-
-def _requirements(
-    owner: str, path: str, items: Sequence[NodeSelectorRequirement]
-) -> tuple[Requirement, ...]:
-    found = []
-    for i, item in enumerate(items):
-        try:
-            found.append(Requirement(item.key, item.operator, tuple(item.values)))
-        except InvalidSpecError as error:
-            raise _at(owner, f"{path}[{i}]", error) from None
-    return tuple(found)
-
-
 def _term(owner: str, path: str, term: NodeSelectorTerm) -> SelectorTerm:
     expressions = _requirements(owner, f"{path}.matchExpressions", term.match_expressions)
     fields = _requirements(owner, f"{path}.matchFields", term.match_fields)
@@ -439,17 +436,21 @@ def _tolerations(owner: str, pod: PodRecord) -> tuple[Toleration, ...]:
 
 
 def node_constraints(pod: PodRecord) -> NodeConstraints | None:
-    """The pod's node selector, required node affinity and tolerations (None: it names none).
+    """The pod's node selector, node affinity and tolerations (None: it names none).
 
     Raises:
-        InvalidObjectError: A requirement or toleration the core refuses, named by its path.
+        InvalidObjectError: A requirement, preferred term or toleration the core refuses, named
+            by its path.
     """
     owner, spec = f"pod {pod.key}", pod.spec
     node_affinity = spec.affinity.node_affinity
     required = (
         node_affinity.required_during_scheduling_ignored_during_execution if node_affinity else None
     )
-    if not spec.node_selector and required is None and not spec.tolerations:
+    preferred = (
+        node_affinity.preferred_during_scheduling_ignored_during_execution if node_affinity else ()
+    )
+    if not spec.node_selector and required is None and not spec.tolerations and not preferred:
         return None
     terms = None
     if required is not None:
@@ -457,7 +458,24 @@ def node_constraints(pod: PodRecord) -> NodeConstraints | None:
             _term(owner, f"{AFFINITY_PATH}.nodeSelectorTerms[{i}]", term)
             for i, term in enumerate(required.node_selector_terms)
         )
-    return NodeConstraints.of(spec.node_selector, terms, _tolerations(owner, pod))
+    return NodeConstraints.of(
+        spec.node_selector,
+        terms,
+        _tolerations(owner, pod),
+        preferred=_preferred(owner, preferred),
+    )
+
+
+def _preferred(owner: str, items: Sequence[PreferredSchedulingTerm]) -> tuple[PreferredTerm, ...]:
+    found = []
+    for i, item in enumerate(items):
+        path = f"{PREFERRED_PATH}[{i}]"
+        term = _term(owner, f"{path}.preference", item.preference)
+        try:
+            found.append(PreferredTerm(item.weight, term))
+        except InvalidSpecError as error:
+            raise _at(owner, path, error) from None
+    return tuple(found)
 
 
 def node_taints(node: NodeRecord) -> tuple[Taint, ...]:

@@ -16,9 +16,10 @@ that queue lists the pod's namespace (:func:`gpupool.policy.membership.pod_queue
 admission webhook enforces), otherwise the namespace decides; a forged label cannot buy a higher
 queue's priority. The same holds for the ``gpupool.io/class`` label: a class the pod's queue
 does not allow (``spec.allowedClasses``) counts as no class (:func:`gpupool.policy.membership.
-pod_class`), so it routes the pod to no pool that only admits that class.
-Only this scheduler's pods are charged and may be preempted; other schedulers' pods hold their
-resources in the snapshot but are never victims.
+pod_class`), so it routes the pod to no pool that only admits that class. A bound pod is charged
+to the queue of its signed allocation record (:func:`recorded_queue`), not to its label, which
+may have changed since. Only this scheduler's pods are charged and may be preempted;
+other schedulers' pods hold their resources in the snapshot but are never victims.
 """
 
 from __future__ import annotations
@@ -73,14 +74,19 @@ def expected_runtime(pod: PodRecord) -> float | None:
         return None
 
 
-def workload_of(pod: PodRecord, spec: PodSpec, queues: Iterable[QueueSpec]) -> Workload:
+def workload_of(
+    pod: PodRecord, spec: PodSpec, queues: Iterable[QueueSpec], queue_label: str | None = None
+) -> Workload:
     """The policy's view of a pod (its request ``spec`` comes from the cache).
 
     ``queues`` decide whether its class label counts (:func:`~gpupool.policy.membership.
     pod_class`); a required argument, so no caller forgets them and believes any class.
+    ``queue_label``: the queue it asks for, in place of its ``gpupool.io/queue`` label (a bound
+    pod's signed record: :func:`recorded_queue`).
     """
     meta = pod.metadata
-    queue_label = meta.labels.get(LABEL_QUEUE, "")
+    if queue_label is None:
+        queue_label = meta.labels.get(LABEL_QUEUE, "")
     return Workload(
         pod=spec,
         namespace=meta.namespace,
@@ -92,6 +98,23 @@ def workload_of(pod: PodRecord, spec: PodSpec, queues: Iterable[QueueSpec]) -> W
         expected_runtime=expected_runtime(pod),
         queue=queue_label,
     )
+
+
+def recorded_queue(pod: PodRecord) -> str | None:
+    """The queue a bound pod's allocation record says it was charged to (None: no record).
+
+    Only for a trusted record: the label may have changed since the bind (admission refuses
+    that, but an administrator, or a cluster without the admission policy, may still do it),
+    and charging the pod to its new label would move it past the new queue's ceiling while the
+    cost ledger, which reads the record, kept charging the old one.
+    """
+    text = pod.metadata.annotations.get(ANNOTATION_ALLOCATION)
+    if not text:
+        return None
+    try:
+        return allocation.decode(text).queue or None
+    except allocation.AllocationFormatError:
+        return None
 
 
 def started_at(pod: PodRecord, *, trusted: bool) -> float:
@@ -204,13 +227,15 @@ class PolicyBook:
             pool = int(policy.layout.node_pool[held.node])
             if pool == NO_POOL:
                 continue  # a node two pools select takes no GPU pods; charge no pool for it
-            workload = workload_of(pod, held.pod, policy.config.queues)
+            trusted = uid not in foreign
+            recorded = recorded_queue(pod) if trusted else None
+            workload = workload_of(pod, held.pod, policy.config.queues, recorded)
             queue = policy.tables.queue_of(workload.namespace, workload.queue)
             admitted = self.admitted.get(uid)
             if admitted is not None:
                 start, end = admitted
             else:
-                start = started_at(pod, trusted=uid not in foreign)
+                start = started_at(pod, trusted=trusted)
                 declared = workload.expected_runtime
                 end = start + declared if declared is not None else float("inf")
             memory = snapshot.nodes[held.node].gpu_memory_mib

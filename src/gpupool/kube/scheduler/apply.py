@@ -9,7 +9,7 @@
   (:mod:`gpupool.kube.scheduler.preempting`). The engine chose the node with the pod's own
   node constraints, so every preemption it returns is carried out.
 * ``Wait``: the pod stays pending with the engine's reason; a pod held only behind others of
-  this cycle (:func:`ordering_wait`) is tried again in the next one instead.
+  this cycle (:func:`ordering_wait`) is told so and tried again in the next one.
 """
 
 from __future__ import annotations
@@ -33,16 +33,18 @@ from gpupool.scheduling.engine import PolicyEngine
 def ordering_wait(reason: str) -> bool:
     """Whether the engine held a pod only behind others of this cycle, not for itself.
 
-    Such a pod (behind a blocked pod of its pool, past the cycle's backfill depth, or the same
-    size as one that failed this cycle) has had no verdict of its own: it is tried again in the
-    next cycle instead of being parked until capacity changes, and no reason is written for it,
-    so every pending pod ends with its own reason, as under kube-scheduler. A pod that would
-    delay a backfill reservation has one (its own runtime decides it): it is parked with that
+    Such a pod (behind a blocked pod of its pool in strict order, or past the cycle's backfill
+    depth) has had no verdict of its own: it is tried again in the next cycle instead of being
+    parked until capacity changes, and its reason is written when it changes, so no pending
+    pod waits without one (with holders of reservations tried in every cycle, a pod behind
+    them was deferred in every cycle and never told why). A pod that would delay a backfill
+    reservation has one of its own (its own runtime decides it): it is parked with that
     reason. Retried at once, it was tried alone in the next cycle, where nothing was blocked
     and nothing reserved, and took the node the large pod waited for; with reservations that
-    hold across cycles it would be refused again in a loop.
+    hold across cycles it would be refused again in a loop. So is a pod skipped for the size
+    of one that failed (it carries that pod's rejection, which holds for it too).
     """
-    return reason.startswith("waiting behind ") or reason.endswith(" this cycle")
+    return reason.startswith("waiting behind ")
 
 
 @dataclass
@@ -81,7 +83,7 @@ class Applier:
                 reason = self.preemptions.start(pod, decision, self.state.pods)
                 self.verdicts.unschedulable(pod, reason)
             elif decision.reject is None and ordering_wait(decision.reason):
-                self.verdicts.queue.retry_now(pod.metadata.uid)
+                self.verdicts.deferred(pod, readable(decision.reason, self.state.pods))
                 deferred = True
             else:
                 reason = self.preemptions.waiting_reason(

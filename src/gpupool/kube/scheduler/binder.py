@@ -39,6 +39,7 @@ from gpupool.kube.scheduler.observe import SchedulingMetrics
 from gpupool.kube.scheduler.rights import AllocationRights, is_policy_denial
 from gpupool.kube.scheduler.state import ClusterState
 from gpupool.kube.scheduler.verdicts import Verdicts
+from gpupool.kube.scheduler.volume_writes import VolumeWriter
 from gpupool.kube.scheduler.writes import BindOutcome, BindResult, bind, find_out
 
 
@@ -55,6 +56,7 @@ class Binder:
         metrics: Bind error counters.
         wake: Called when a failed bind should be retried by the loop.
         rights: Told when the admission policy refuses an allocation (not Ready then).
+        volumes: Reserves or provisions a pod's unbound claims before its Binding.
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class Binder:
         metrics: SchedulingMetrics,
         wake: Callable[[], None],
         rights: AllocationRights | None = None,
+        volumes: VolumeWriter | None = None,
     ) -> None:
         self.api = api
         self.identity = config.identity
@@ -78,16 +81,43 @@ class Binder:
         self.metrics = metrics
         self.wake = wake
         self.rights = rights if rights is not None else AllocationRights()
+        self.volumes = volumes
         self.gate = asyncio.Semaphore(config.bind_concurrency)
         self.tasks: set[asyncio.Task[None]] = set()
         self._claim_locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
     async def send(self, pod: PodRecord, decision: Bind, pool: str, queue: str) -> None:
-        """Start the pod's Binding once a slot is free (waits only for the slot)."""
-        await self.gate.acquire()
-        task = asyncio.create_task(self._bind(pod, decision, pool, queue))
+        """Start the pod's Binding once a slot is free (waits only for the slot).
+
+        A pod whose claims are not bound yet has its volumes reserved or provisioned first
+        (:mod:`~gpupool.kube.scheduler.volume_writes`), without a slot: that wait may be long.
+        """
+        if self.volumes is not None and self.volumes.needed(pod):
+            task = asyncio.create_task(self._bind_after_volumes(pod, decision, pool, queue))
+        else:
+            await self.gate.acquire()
+            task = asyncio.create_task(self._bind(pod, decision, pool, queue))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    async def _bind_after_volumes(
+        self, pod: PodRecord, decision: Bind, pool: str, queue: str
+    ) -> None:
+        assert self.volumes is not None
+        uid = pod.metadata.uid
+        failure = await self.volumes.prebind(
+            pod,
+            decision.node_name,
+            lambda: uid in self.state.assumed,  # not deleted meanwhile
+        )
+        if failure is not None:  # kube's Unreserve: give back what the decision held, retry
+            self.metrics.bind_failed("volumes")
+            self.state.forget(uid)
+            self.verdicts.refused(pod, failure)
+            self.wake()
+            return
+        await self.gate.acquire()
+        await self._bind(pod, decision, pool, queue)
 
     def cancel_all(self) -> None:
         """Stop every Binding in flight (leadership lost: the next leader decides afresh)."""

@@ -14,7 +14,7 @@ GPUs are free once the watch shows the cleared status, never before.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from gpupool.kube.client.api import KubeAPI
@@ -96,22 +96,40 @@ class ClaimInformers:
             task.cancel()
 
     def release_unused(self) -> None:
-        """Start releasing every gpupool allocation that no live pod reserves."""
+        """Start releasing every gpupool allocation that no live pod reserves.
+
+        A deleted claim whose allocation is already cleared but which still carries the delete
+        protection (the write removing it failed, or another writer cleared the allocation)
+        loses the protection, as kube-controller-manager's resourceclaim controller would do.
+        """
         state = self.state
         book = state.claims
         in_use = {bind.plan.claim.metadata.uid for bind in state.claim_binds.values()}
         for uid, claim in book.by_uid.items():
             if uid in self.releasing or uid in in_use or uid in book.assumed:
                 continue
-            if not gpupool_results(claim):
-                continue
             if any(consumer.uid in state.pods for consumer in claim.status.reserved_for):
                 continue
-            task = asyncio.create_task(self._release(uid, claim))
-            self.releasing[uid] = task
+            if gpupool_results(claim):
+                write = claim_writes.release(self.api, claim)
+            elif _protected_leftover(claim):
+                write = claim_writes.unprotect(self.api, claim)
+            else:
+                continue
+            self.releasing[uid] = asyncio.create_task(self._release(uid, write))
 
-    async def _release(self, uid: str, claim: ResourceClaim) -> None:
+    async def _release(self, uid: str, write: Awaitable[bool]) -> None:
         try:
-            await claim_writes.release(self.api, claim)
+            await write
         finally:
             self.releasing.pop(uid, None)
+
+
+def _protected_leftover(claim: ResourceClaim) -> bool:
+    """A deleted claim with no allocation still held back by the delete protection."""
+    meta = claim.metadata
+    return (
+        meta.deletion_timestamp is not None
+        and claim.status.allocation is None
+        and claim_writes.DELETE_PROTECTION in meta.finalizers
+    )

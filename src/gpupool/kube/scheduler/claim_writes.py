@@ -10,12 +10,18 @@ a claim only when record and results agree, never sees one without the other, an
 costs two writes (this and its Binding) where it cost three while the record was an annotation.
 A pod joining an allocated claim writes only ``reservedFor`` with itself appended.
 
+Before the allocation, the claim gets kube-scheduler's ``resource.kubernetes.io/delete-protection``
+finalizer (:data:`DELETE_PROTECTION`, in a metadata write of its own: a status write cannot
+change metadata), as kube-scheduler sets it when it allocates: a claim deleted under a running
+pod stays (Terminating) and keeps its devices charged until no pod uses it, instead of vanishing
+and letting the scheduler give its GPUs to another pod while the first still holds them.
+
 A claim reserved by no live pod is released by the scheduler (:func:`release`): ``reservedFor``,
-``allocation`` and the record cleared in one write. kube-controller-manager's resourceclaim
-controller does the same only for claims that carry its ``resource.kubernetes.io/delete-protection``
-finalizer (which gpupool does not set: a cluster without that controller could then never delete
-the claim), so the scheduler does it itself; for claims made from templates the controller also
-deletes the claim when its pod is done, which releases it here as a deletion.
+``allocation`` and the record cleared in one write, then the finalizer removed, which lets a
+deleted claim go. kube-controller-manager's resourceclaim controller does the same for any claim
+carrying the finalizer (whichever driver), but a cluster may run without it, so the scheduler does
+it too; both only ever remove what is no longer used. A deleted claim whose allocation someone
+else cleared loses the finalizer here as well (:func:`unprotect`), as the controller would do.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import logging
 
 import msgspec
 
-from gpupool.kube.client.api import MERGE_PATCH, ApiError, JsonObject, KubeAPI
+from gpupool.kube.client.api import MERGE_PATCH, STRATEGIC_PATCH, ApiError, JsonObject, KubeAPI
 from gpupool.kube.objects.claim_record import device_status, gpupool_results
 from gpupool.kube.objects.dra import (
     API_PREFIX,
@@ -36,6 +42,8 @@ from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.scheduler.writes import BindOutcome, BindResult, classify
 
 log = logging.getLogger(__name__)
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
+"""The finalizer kube-scheduler puts on a claim it allocates (k8s.io/api/resource/v1)."""
 
 
 def claim_path(claim: ResourceClaim) -> str:
@@ -83,8 +91,13 @@ async def allocate(
     node = allocation.devices.results[0].pool
     status = msgspec.to_builtins(allocation)
     status["nodeSelector"] = _node_selector(node)
+    try:
+        version = await _protect(api, claim)
+    except ApiError as error:
+        log.warning("protecting claim %s for %s: %s", claim.key, pod.key, error)
+        return _failed(claim, error)
     body = {
-        "metadata": {"resourceVersion": claim.metadata.resource_version},
+        "metadata": {"resourceVersion": version},
         "status": {
             "allocation": status,
             "reservedFor": [_consumer(pod)],
@@ -99,6 +112,40 @@ async def allocate(
         log.warning("allocating claim %s for %s: %s", claim.key, pod.key, error)
         return _failed(claim, error)
     return msgspec.json.decode(stored, type=ResourceClaim)
+
+
+async def _protect(api: KubeAPI, claim: ResourceClaim) -> str:
+    """Add :data:`DELETE_PROTECTION` to ``claim`` (as cached); its new ``resourceVersion``.
+
+    The cached ``resourceVersion`` is a precondition, so the allocation that follows, written
+    with the version returned, still fails on any change the cache has not seen.
+    """
+    meta = claim.metadata
+    if DELETE_PROTECTION in meta.finalizers:
+        return meta.resource_version
+    body = {
+        "metadata": {"resourceVersion": meta.resource_version, "finalizers": [DELETE_PROTECTION]}
+    }
+    # a strategic merge patch adds to the list (finalizers merge) instead of replacing it
+    stored = await api.request("PATCH", claim_path(claim), body=body, content_type=STRATEGIC_PATCH)
+    return msgspec.json.decode(stored, type=ResourceClaim).metadata.resource_version
+
+
+async def unprotect(api: KubeAPI, claim: ResourceClaim) -> bool:
+    """Remove :data:`DELETE_PROTECTION` from a claim no pod uses (True: done or gone)."""
+    body = {
+        "metadata": {
+            "resourceVersion": claim.metadata.resource_version,
+            "$deleteFromPrimitiveList/finalizers": [DELETE_PROTECTION],
+        }
+    }
+    try:
+        await api.request("PATCH", claim_path(claim), body=body, content_type=STRATEGIC_PATCH)
+    except ApiError as error:
+        if error.status != 404:
+            log.warning("removing the delete protection of claim %s: %s", claim.key, error)
+        return error.status == 404
+    return True
 
 
 async def reserve(api: KubeAPI, claim: ResourceClaim, pod: PodRecord) -> ResourceClaim | BindResult:
@@ -135,9 +182,9 @@ def _reference(consumer: ConsumerReference) -> JsonObject:
 
 
 async def release(api: KubeAPI, claim: ResourceClaim) -> bool:
-    """Clear a claim nobody uses: reservedFor, allocation and the record (True: done)."""
+    """Clear a claim nobody uses: reservedFor, allocation, record, protection (True: done)."""
     try:
-        await api.request(
+        stored = await api.request(
             "PATCH",
             f"{claim_path(claim)}/status",
             body={
@@ -150,4 +197,7 @@ async def release(api: KubeAPI, claim: ResourceClaim) -> bool:
         if error.status != 404:
             log.warning("releasing claim %s: %s", claim.key, error)
         return error.status == 404
-    return True
+    released = msgspec.json.decode(stored, type=ResourceClaim)
+    if DELETE_PROTECTION not in released.metadata.finalizers:
+        return True
+    return await unprotect(api, released)

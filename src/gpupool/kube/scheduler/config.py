@@ -17,8 +17,9 @@ LIVE_POLICIES = ("default", "bestfit", "packing", "dotprod", "clustering", "rand
 """Policies that need no workload known in advance (FGD's typical pods come from a trace)."""
 
 DecisionHook = Callable[[PodRecord, str, str], None]
-"""Called as ``hook(pod, "bind" | "reject", detail)`` after a bind lands or a pod is reported
-unschedulable with a new reason (the governance controller audits these)."""
+"""Called as ``hook(pod, "bind" | "reject" | "preempt", detail)`` after a bind lands, a pod is
+reported unschedulable with a new reason, or a preemption victim leaves (the governance
+controller audits these)."""
 
 
 @dataclass(frozen=True, slots=True)

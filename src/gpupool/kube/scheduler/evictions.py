@@ -1,16 +1,18 @@
-"""Preemption carried out: victims leave through the Eviction API, never by a direct delete.
+"""Preemption carried out: victims evicted, and deleted only past their pool's budget wait.
 
-An Eviction (``POST .../pods/NAME/eviction``, ``policy/v1``) is the API server's graceful,
-budget-aware delete: it refuses with 429 while a PodDisruptionBudget allows no disruption, and
-otherwise deletes the pod with its grace period. Deleting victims directly would break the
-budgets operators set exactly to keep serving replicas up. So a refused eviction is *retried*
-(1 s doubling to 30 s) for as long as the preemptor still waits for it, and its refusal becomes
-the preemptor's pending reason (``waiting for eviction of ns/victim: ... disruption budget``),
-so nobody has to guess why a nominated pod does not start.
+Victims leave through :class:`~gpupool.kube.scheduler.departures.Departures`: an Eviction
+(``POST .../pods/NAME/eviction``, ``policy/v1``), the API server's graceful, budget-aware delete,
+which refuses with 429 while a PodDisruptionBudget allows no disruption. A refused eviction is
+*retried* (1 s doubling to 30 s, never past the moment the wait ends) for as long as the
+preemptor still waits for it, and its refusal becomes the preemptor's pending reason
+(``waiting for eviction of ns/victim: ... disruption budget``), so nobody has to guess why a
+nominated pod does not start. Once refusals have lasted the pool's ``disruptionBudgetWait`` the
+victim is deleted directly, as kube-scheduler's preemption does; the grace it gets is capped by
+the pool's ``maxEvictionGracePeriodSeconds`` either way.
 
-Each eviction the server accepts gets an Event on the victim naming the preemptor and the rule
-(``Preempted``), so the owner of an evicted pod can tell who took its place and why. The eviction
-carries the victim's uid as a precondition: a pod recreated under the same name is not evicted.
+Each victim that leaves gets an Event naming the preemptor, the rule and what it was given
+(``Preempted``: its grace, and for a delete the budget that blocked and for how long), so the
+owner of an evicted pod can tell who took its place and why; the same text is audited.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.scheduler.config import DecisionHook
+from gpupool.kube.scheduler.departures import Departures, Outcome
 from gpupool.kube.scheduler.writes import PodReporter
 from gpupool.retry import Backoff
 
@@ -57,31 +60,27 @@ Wanted = Callable[[Eviction], bool]
 """Whether an eviction is still wanted (the victim still runs, the preemptor still waits)."""
 
 
-def eviction_body(victim: PodRecord) -> dict[str, object]:
-    """The policy/v1 Eviction for ``victim``, with its uid as a precondition."""
-    meta = victim.metadata
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": meta.name, "namespace": meta.namespace},
-        "deleteOptions": {"preconditions": {"uid": meta.uid}},
-    }
-
-
 class Evictor:
     """Evicts victims in the background and remembers which preemptor waits for which.
 
     Args:
-        api: The API port.
+        departures: Evicts (and deletes past the budget wait).
         reports: Where Events go.
         wanted: Asked before each attempt; an eviction no longer wanted is dropped.
         on_refused: Called when the server refuses one (the preemptor's reason changes).
     """
 
+    on_decision: DecisionHook | None = None
+    """Called as ``hook(victim, "preempt", note)`` when a victim leaves (audited)."""
+
     def __init__(
-        self, api: KubeAPI, reports: PodReporter, wanted: Wanted, on_refused: Callable[[], None]
+        self,
+        departures: Departures,
+        reports: PodReporter,
+        wanted: Wanted,
+        on_refused: Callable[[], None],
     ) -> None:
-        self.api = api
+        self.departures = departures
         self.reports = reports
         self.wanted = wanted
         self.on_refused = on_refused
@@ -123,36 +122,32 @@ class Evictor:
                 eviction.attempts += 1
                 if await self._attempt(eviction):
                     return
-                await asyncio.sleep(delay)
+                left = self.departures.wait_left(victim)  # wake when the budget wait ends
+                await asyncio.sleep(min(delay, left) if left > 0 else delay)
         finally:
             self.outstanding.pop(victim.metadata.uid, None)
 
     async def _attempt(self, eviction: Eviction) -> bool:
-        """One request; True when the eviction is settled (done, or the victim is gone)."""
+        """One try; True when the eviction is settled (the victim left or is gone)."""
         victim, preemptor = eviction.victim, eviction.preemptor
-        meta = victim.metadata
-        path = f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/eviction"
         try:
-            await self.api.request("POST", path, body=eviction_body(victim))
-        except ApiError as error:
-            if error.status in (404, 409):  # gone, or replaced under the same name
-                return True
-            self.refusals += 1
-            eviction.refused = (
-                f"a PodDisruptionBudget allows no disruption now ({error.message})"
-                if error.status == 429
-                else f"eviction refused ({error.status}): {error.message}"
-            )
-            log.info("evicting %s for %s: %s", victim.key, preemptor.key, eviction.refused)
-            self.on_refused()
-            return False
+            departure = await self.departures.remove(victim)
         except Exception as error:  # transport: try again
             log.warning("evicting %s: %s", victim.key, error)
             return False
-        self.evicted += 1
-        note = (
-            f"Preempted by {preemptor.key} (rule {eviction.rule}) to make room on node "
-            f"{eviction.node}"
-        )
-        self.reports.event(victim, "Warning", "Preempted", note)
+        if departure.outcome is Outcome.REFUSED:
+            self.refusals += 1
+            eviction.refused = departure.note
+            log.info("evicting %s for %s: %s", victim.key, preemptor.key, eviction.refused)
+            self.on_refused()
+            return False
+        if departure.left:
+            self.evicted += 1
+            note = (
+                f"Preempted by {preemptor.key} (rule {eviction.rule}) to make room on node "
+                f"{eviction.node}; {departure.note}"
+            )
+            self.reports.event(victim, "Warning", "Preempted", note)
+            if self.on_decision is not None:
+                self.on_decision(victim, "preempt", note)
         return True

@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 def bound_request(snapshot: ClusterSnapshot, pod: PodRecord) -> tuple[PodSpec, int] | None:
     """The bound pod's request and its node's row; None when it is on no node we schedule.
 
-    A request that cannot be read holds what the core can: nothing but a pod slot.
+    A request that cannot be read holds what the core can: nothing but a pod slot (its labels
+    still count for other pods' affinity and spread; its own terms are lost with the request).
     """
     if pod.spec.node_name not in snapshot.node_index:
         return None  # a pod on a node we do not schedule onto (or not yet seen)
@@ -41,7 +42,13 @@ def bound_request(snapshot: ClusterSnapshot, pod: PodRecord) -> tuple[PodSpec, i
         spec = pod_spec(pod)
     except InvalidObjectError as error:
         log.warning("bound pod %s: %s", pod.key, error)
-        spec = PodSpec(name=pod.metadata.uid, cpu_milli=0, memory_mib=0)
+        spec = PodSpec(  # still matched by other pods' affinity terms and spread
+            name=pod.metadata.uid,
+            cpu_milli=0,
+            memory_mib=0,
+            namespace=pod.metadata.namespace,
+            labels=tuple(sorted(pod.metadata.labels.items())),
+        )
     return spec, snapshot.node_index[pod.spec.node_name]
 
 

@@ -6,7 +6,9 @@ in every cycle as well (so a nomination is not lost while its pod backs off). Ea
 affinity and tolerations (:func:`~gpupool.kube.objects.translate.pod_spec`), so the engine, its
 victim search and its reservations see every check kube-scheduler would apply. A pod whose
 request cannot be read, or whose translation raises, gets that as its pending reason and backs
-off; the others are decided as usual.
+off; the others are decided as usual. A pod whose claims keep it off every node (missing,
+unbound and Immediate: :class:`~gpupool.kube.scheduler.volume_binding.VolumesNotReadyError`) waits
+with kube-scheduler's words.
 
 Each pod is shown to the placement policy once (online policies learn the workload mix from
 arrivals), not on every retry.
@@ -26,6 +28,7 @@ from gpupool.kube.policy.book import PolicyBook
 from gpupool.kube.scheduler.config import LiveStats
 from gpupool.kube.scheduler.state import ClusterState
 from gpupool.kube.scheduler.verdicts import Verdicts
+from gpupool.kube.scheduler.volume_binding import VolumesNotReadyError
 from gpupool.policy.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -112,6 +115,9 @@ class Intake:
             if self._raise_label and self._raise_label in pod.metadata.labels:
                 raise RuntimeError(f"failpoint: label {self._raise_label} on {pod.key}")
             return self.book.workload(pod, self.state.spec_of(pod))
+        except VolumesNotReadyError as error:  # kube's PreFilter: no node, whatever runs there
+            nodes = self.state.snapshot.size if self.state.snapshot is not None else 0
+            self.verdicts.failed(pod, f"0/{nodes} nodes are available: {error}.", "unschedulable")
         except InvalidObjectError as error:
             self.stats.invalid_pods += 1
             self.verdicts.failed(pod, f"invalid request: {error}", "unschedulable")

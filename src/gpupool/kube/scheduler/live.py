@@ -47,9 +47,11 @@ from gpupool.kube.policy.source import PolicySource
 from gpupool.kube.policy.status import Status, StatusWriter, live_statuses
 from gpupool.kube.scheduler.apply import Applier
 from gpupool.kube.scheduler.binder import Binder
+from gpupool.kube.scheduler.budget_cache import BudgetCache
 from gpupool.kube.scheduler.claim_informers import ClaimInformers
 from gpupool.kube.scheduler.claim_ledger import claim_charges, sole_claims
 from gpupool.kube.scheduler.config import DecisionHook, LiveConfig, LiveStats
+from gpupool.kube.scheduler.departures import Departures
 from gpupool.kube.scheduler.evictions import Eviction, Evictor
 from gpupool.kube.scheduler.intake import Intake
 from gpupool.kube.scheduler.observe import SchedulingMetrics
@@ -58,7 +60,11 @@ from gpupool.kube.scheduler.queue import SchedulingQueue
 from gpupool.kube.scheduler.rights import AllocationRights
 from gpupool.kube.scheduler.state import ClusterState
 from gpupool.kube.scheduler.verdicts import Verdicts
+from gpupool.kube.scheduler.volume_informers import VolumeInformers
+from gpupool.kube.scheduler.volume_writes import VolumeWriter
 from gpupool.kube.scheduler.writes import PodReporter
+from gpupool.policy.membership import node_pool
+from gpupool.policy.spec import EvictionSpec
 from gpupool.policy.workload import Workload
 from gpupool.scheduling.backfill import Reservation
 from gpupool.scheduling.cycle_request import Carried, cycle_request
@@ -108,8 +114,11 @@ class LiveScheduler:
         self.dra = (
             ClaimInformers(self.api, self.state, self._on_claims) if self.config.claims else None
         )
+        self.volume_informers = VolumeInformers(self.api, self.state.volumes, self._on_volumes)
         self.policies = PolicySource(self.api, self._on_policy)
-        evictor = Evictor(self.api, self.reports, self._still_evicting, self.wake.set)
+        self.budgets = BudgetCache(self.api, self.state.pods, self._on_budget)
+        self.departures = Departures(self.api, self.eviction_terms, self.budgets.of)
+        evictor = Evictor(self.departures, self.reports, self._still_evicting, self.wake.set)
         self.preemptions = Preemptions(evictor, self.reports)
         self.status = StatusWriter(self.api)
         context = PolicyContext(rng=np.random.default_rng(self.config.seed), trace_pods=())
@@ -132,6 +141,7 @@ class LiveScheduler:
             self.metrics,
             self.wake.set,
             self.rights,
+            VolumeWriter(self.api, self.state.volumes, self._node_labels),
         )
         self.applier = Applier(
             self.state, self.book, self.preemptions, self.verdicts, self.binder, self.stats
@@ -145,6 +155,17 @@ class LiveScheduler:
     @on_decision.setter
     def on_decision(self, hook: DecisionHook | None) -> None:
         self.verdicts.on_decision = hook
+        self.preemptions.evictor.on_decision = hook
+
+    def eviction_terms(self, pod: PodRecord) -> EvictionSpec:
+        """How ``pod`` is evicted: its node's pool's terms (the defaults where none is known)."""
+        node = self.state.nodes.get(pod.spec.node_name)
+        pool = (
+            node_pool(self.policies.config.pools, node.metadata.labels).pool
+            if node is not None
+            else None
+        )
+        return pool.eviction if pool is not None else EvictionSpec()
 
     def _warn(self, pod: PodRecord, reason: str, message: str) -> None:
         self.reports.event(pod, "Warning", reason, message)
@@ -158,7 +179,9 @@ class LiveScheduler:
         if gone:  # per-pod bookkeeping goes too
             self.intake.seen.discard(uid)
             self.book.forget(uid)
+            self.departures.forget(uid)
         self.preemptions.on_pod(pod, gone=gone)
+        self.budgets.on_pod(pod, gone=gone)
         if self.leading:
             self.wake.set()
 
@@ -182,9 +205,23 @@ class LiveScheduler:
             and eviction.preemptor.metadata.uid in self.state.pending
         )
 
+    def _on_budget(self) -> None:
+        if self.leading:
+            self.wake.set()
+
     def _on_claims(self) -> None:
         if self.leading:
             self.wake.set()
+
+    def _on_volumes(self) -> None:
+        """A claim, volume or class changed: pods parked for their volumes are tried again."""
+        self.state.capacity_epoch += 1
+        if self.leading:
+            self.wake.set()
+
+    def _node_labels(self, name: str) -> dict[str, str] | None:
+        node = self.state.nodes.get(name)
+        return dict(node.metadata.labels) if node is not None else None
 
     def _on_node(self, kind: str, node: NodeRecord) -> None:
         self.state.on_node(kind, node)
@@ -199,6 +236,7 @@ class LiveScheduler:
             self.pods.synced.is_set()
             and self.nodes.synced.is_set()
             and self.policies.synced
+            and self.volume_informers.synced
             and dra
         )
 
@@ -206,7 +244,13 @@ class LiveScheduler:
         """Keep the caches current (every replica, leader or not) and write Events."""
         dra = [self.dra.run()] if self.dra is not None else []
         await asyncio.gather(
-            self.pods.run(), self.nodes.run(), self.policies.run(), self.reports.run(), *dra
+            self.pods.run(),
+            self.nodes.run(),
+            self.policies.run(),
+            self.budgets.informer.run(),
+            self.reports.run(),
+            self.volume_informers.run(),
+            *dra,
         )
 
     async def lead(self) -> None:
@@ -214,7 +258,13 @@ class LiveScheduler:
         await self.policies.wait_synced()  # never admit against quotas not read yet
         # claims too: what allocated claims hold must be known before anything is placed
         dra = [self.dra.resync()] if self.dra is not None else []
-        await asyncio.gather(self.nodes.resync(), self.pods.resync(), self.policies.resync(), *dra)
+        await asyncio.gather(
+            self.nodes.resync(),
+            self.pods.resync(),
+            self.policies.resync(),
+            self.volume_informers.resync(),  # a pod's volumes decide where it may go
+            *dra,
+        )
         self.state.restart()
         self.queue.clear()
         self.preemptions.clear()
@@ -322,6 +372,7 @@ class LiveScheduler:
             book.runtimes,
             carried,
             eligibility=eligibility,
+            disruption=self.budgets.budgets(),
         )
 
     def desired_status(self) -> dict[str, Status]:

@@ -25,8 +25,10 @@ BIND_ERROR_REASONS = (
     "throttled",
     "server",
     "transport",
+    "volumes",
 )
-"""The categories :func:`gpupool.kube.scheduler.writes.classify` sorts a failed Binding into."""
+"""The categories :func:`gpupool.kube.scheduler.writes.classify` sorts a failed Binding into,
+and ``volumes``: the pod's claims could not be reserved, provisioned or bound in time."""
 
 LATENCY_BUCKETS = (
     0.0005,

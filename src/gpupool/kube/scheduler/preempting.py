@@ -96,12 +96,13 @@ class Preemptions:
         self.victims[uid] = decision.victims
         rule = decision.rule.value
         self.reports.nominate(pod, node)
-        self.reports.event(
-            pod,
-            "Normal",
-            "Preempting",
-            f"Preempting {', '.join(v.key for v in victims)} on node {node} (rule {rule})",
-        )
+        note = f"Preempting {', '.join(v.key for v in victims)} on node {node} (rule {rule})"
+        if decision.violating:  # chosen only because no victims a budget spares made room
+            note += (
+                f"; {len(decision.violating)} of them protected by a PodDisruptionBudget "
+                "(no victims it spares make room)"
+            )
+        self.reports.event(pod, "Normal", "Preempting", note)
         for victim in victims:
             self.evictor.evict(victim, pod, rule, node)
         return f"nominated to node {node}: preempting {len(victims)} pod(s) (rule {rule})"

@@ -165,11 +165,15 @@ class SchedulingQueue:
         entry.reason = reason
         return changed
 
-    def retry_now(self, uid: str) -> None:
-        """The pod got no verdict of its own (it waited behind others): active, no attempt."""
+    def deferred(self, uid: str, reason: str) -> bool:
+        """The pod waited behind others: active again, no attempt. Did the reason change?"""
         entry = self.entries.get(uid)
-        if entry is not None:
-            entry.where = Where.ACTIVE
+        if entry is None:
+            return False
+        entry.where = Where.ACTIVE
+        changed = entry.reason != reason
+        entry.reason = reason
+        return changed
 
     def in_flight(self, uid: str) -> None:
         """The pod was assumed and its Binding sent."""

@@ -35,11 +35,12 @@ never seen half-updated.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 
 from gpupool.core.decisions import Bind
 from gpupool.core.model import PodSpec
+from gpupool.core.pod_relative import relabel
 from gpupool.core.snapshot import AllocationError, ClusterSnapshot
 from gpupool.kube.client.informer import DELETED
 from gpupool.kube.objects.dra import ResourceClaim
@@ -47,9 +48,12 @@ from gpupool.kube.objects.records import NodeRecord, PodRecord
 from gpupool.kube.objects.signing import RecordSigner
 from gpupool.kube.objects.translate import InvalidObjectError, gpu_uuids, node_spec, pod_spec
 from gpupool.kube.objects.vocabulary import ANNOTATION_GPU_UNHEALTHY, ANNOTATION_GPU_UUIDS
+from gpupool.kube.objects.volumes import uses_claim
 from gpupool.kube.scheduler.bound_pods import BoundPods
 from gpupool.kube.scheduler.claim_state import ClaimHolder
 from gpupool.kube.scheduler.claims import CLAIM_KEY, ClaimBind, ClaimBook, ClaimPlacement, claim_key
+from gpupool.kube.scheduler.volume_binding import VolumeBook, has_claims, with_volumes
+from gpupool.kube.scheduler.volume_limits import volume_conflict
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +135,7 @@ class ClusterState(BoundPods):
     placements: dict[str, ClaimPlacement] = field(default_factory=dict)
     claim_binds: dict[str, ClaimBind] = field(default_factory=dict)
     claim_holder: ClaimHolder = field(init=False)
+    volumes: VolumeBook = field(default_factory=VolumeBook)
     _signatures: dict[str, tuple[object, ...]] = field(default_factory=dict)
     _nodes_changed: bool = True
     _dirty: set[str] = field(default_factory=set)
@@ -319,6 +324,8 @@ class ClusterState(BoundPods):
         self._set_pending(uid, False)
         if held is None and not self._hold_trusted(pod):
             self._hold_foreign(pod)
+        elif held is not None and snapshot is not None:  # other pods' terms see its labels now
+            relabel(snapshot, uid, tuple(sorted(pod.metadata.labels.items())))
         self._tell_unhealthy(uid)
 
     def _tell_unhealthy(self, uid: str) -> None:
@@ -353,12 +360,19 @@ class ClusterState(BoundPods):
 
         A claim pod's GPUs are held by its claim and its CPU and memory by the pod, as they
         will be once bound; a new allocation is kept in the claim book until its claim shows it.
+        A pod whose ReadWriteOncePod claim, or the node's last CSI attach slot, a pod decided
+        before it has taken is refused here (kube-scheduler decides one pod at a time).
 
         Raises:
             AllocationError: The decision does not fit (or its claim's devices changed).
         """
         assert self.snapshot is not None
         uid = decision.pod.name
+        pod = self.pods.get(uid)
+        if pod is not None and has_claims(pod):  # what pods decided before it in this cycle took
+            conflict = volume_conflict(pod, decision.node_name, self.volumes, self)
+            if conflict is not None:
+                raise AllocationError(f"{decision.node_name}: {conflict}")
         placement = self.placements.get(uid)
         if placement is None:
             self._assume(uid, decision.pod, decision.node, decision.gpus)
@@ -390,11 +404,36 @@ class ClusterState(BoundPods):
         if pod.spec.resource_claims and self.snapshot is not None:
             placement = self.claims.placement(pod, self.snapshot, self.uuids)
             if placement is not None:  # not cached: claims and slices change under it
+                placement = replace(
+                    placement, spec=with_volumes(placement.spec, pod, self.volumes, self)
+                )
                 self.placements[uid] = placement
                 return placement.spec
         cached = self._specs.get(uid)
         if cached is not None and cached[0] == version:
-            return cached[1]
-        spec = pod_spec(pod)
-        self._specs[uid] = (version, spec)
-        return spec
+            spec = cached[1]
+        else:
+            spec = pod_spec(pod)
+            self._specs[uid] = (version, spec)
+        return with_volumes(spec, pod, self.volumes, self)  # volumes change under it
+
+    def pods_on(self, node: str) -> Iterator[PodRecord]:
+        """The pods bound, or being bound, to ``node`` (as the snapshot holds them)."""
+        snapshot = self.snapshot
+        row = snapshot.node_index.get(node) if snapshot is not None else None
+        if snapshot is None or row is None:
+            return
+        for uid in snapshot.pods_on_node[row]:
+            pod = self.pods.get(uid)
+            if pod is not None:
+                yield pod
+
+    def in_use(self, namespace: str, claim: str, uid: str) -> bool:
+        """Whether a pod other than ``uid`` that is bound or being bound uses the claim."""
+        return any(
+            other != uid
+            and (pod.spec.node_name or other in self.assumed)
+            and pod.metadata.namespace == namespace
+            and uses_claim(pod, claim)
+            for other, pod in self.pods.items()
+        )

@@ -46,6 +46,15 @@ class Verdicts:
         if self.queue.unschedulable(uid, time.monotonic(), self.state.capacity_epoch, message):
             self.report(pod, message)
 
+    def deferred(self, pod: PodRecord, message: str) -> None:
+        """The pod waited behind others this cycle: tried again in the next, told why now.
+
+        The condition only: no attempt was made, so no ``FailedScheduling`` Event and nothing
+        for the decision hook (a burst deeper than the backfill depth would double both).
+        """
+        if self.queue.deferred(pod.metadata.uid, message):
+            self.reports.unschedulable(pod, message)
+
     def failed(self, pod: PodRecord, message: str, result: str) -> None:
         """Deciding for the pod failed (``result``: unschedulable or error): it backs off."""
         self.metrics.attempt(result)

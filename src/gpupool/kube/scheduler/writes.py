@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from dataclasses import dataclass
@@ -158,7 +159,8 @@ async def find_out(api: KubeAPI, pod: PodRecord, first: BindResult) -> BindResul
     return await retry(look, FIND_OUT_BACKOFF, unknown)
 
 
-def _unschedulable_patch(message: str) -> JsonObject:
+def unschedulable_patch(message: str) -> JsonObject:
+    """The status patch of a pending pod: `PodScheduled=False` with ``message``."""
     return {
         "status": {
             "conditions": [
@@ -178,7 +180,11 @@ class PodReporter:
     """Writes what people read about pods (Events, pending conditions) in the background.
 
     A bounded queue and a few workers: a burst of thousands of pending pods must not take every
-    connection from the binds, and must never delay the leader's Lease renewals.
+    connection from the binds, and must never delay the leader's Lease renewals. Writes to one
+    object (a pod's status) land in the order they were queued: two workers writing one pod's
+    condition at once could land the older reason last, and it would stay, since a reason is
+    written again only when it changes (a preemptor read "preempting" while it waited for a
+    budget).
 
     Args:
         api: The API port.
@@ -196,6 +202,8 @@ class PodReporter:
         self.workers = workers
         self.dropped = 0
         self.written = 0
+        self._writing: dict[str, tuple[asyncio.Lock, int]] = {}
+        """Per object path with writes taken: the lock they queue on, and how many there are."""
 
     def event(self, pod: PodRecord, event_type: str, reason: str, note: str) -> None:
         """Queue an Event about ``pod`` (``Normal``/``Warning``, a CamelCase reason, a note)."""
@@ -231,7 +239,7 @@ class PodReporter:
         """
         meta = pod.metadata
         path = f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/status"
-        self._put("PATCH", path, _unschedulable_patch(message), STRATEGIC_PATCH)
+        self._put("PATCH", path, unschedulable_patch(message), STRATEGIC_PATCH)
 
     def nominate(self, pod: PodRecord, node: str) -> None:
         """Queue ``status.nominatedNodeName`` for a preemptor, as kube-scheduler writes it."""
@@ -252,8 +260,27 @@ class PodReporter:
     async def _worker(self) -> None:
         while True:
             method, path, body, content_type = await self.queue.get()
+            # Events are created (POST to a collection); only writes to one object are ordered
+            lock = self._take(path) if method != "POST" else None
             try:
-                await self.api.request(method, path, body=body, content_type=content_type)
+                async with lock if lock is not None else contextlib.nullcontext():
+                    await self.api.request(method, path, body=body, content_type=content_type)
                 self.written += 1
             except Exception as error:  # a report is never worth crashing for
                 log.debug("%s %s not written: %s", method, path, error)
+            finally:
+                if lock is not None:
+                    self._done(path)
+
+    def _take(self, path: str) -> asyncio.Lock:
+        """The lock a write to ``path`` queues on (taken in queue order: asyncio's is fair)."""
+        lock, users = self._writing.get(path, (asyncio.Lock(), 0))
+        self._writing[path] = (lock, users + 1)
+        return lock
+
+    def _done(self, path: str) -> None:
+        lock, users = self._writing[path]
+        if users == 1:
+            del self._writing[path]
+        else:
+            self._writing[path] = (lock, users - 1)
