@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.client.api import ApiError, KubeAPI
 
 from .live_helpers import (
@@ -87,6 +88,82 @@ async def test_whole_shared_and_model_constrained_pods_get_correct_allocations(
     )
     assert "nodes are available" in events[0]["note"]
     await assert_no_gpu_given_twice(api, by_name.values())
+
+
+RDMA = {"example.com/rdma": "1"}
+PORTS_REASON = "node(s) didn't have free ports for the requested pod ports"
+
+
+async def _rdma_and_port_pods(api: KubeAPI, namespace: str, label: str, scheduler: str) -> str:
+    """Two nodes labelled ``label``, the second offering one ``example.com/rdma``; two one-GPU
+    pods asking one each, and two pods asking host port 8080 pinned to the first node. Returns
+    the rdma node's name."""
+    await make_nodes(api, label, 2, gpus=8, gpu_model="H100")
+    rdma_node = f"{label}-n001"
+    status = (await api.get(f"/api/v1/nodes/{rdma_node}"))["status"]
+    await api.patch(
+        f"/api/v1/nodes/{rdma_node}/status",
+        {
+            "status": {
+                "capacity": {**status["capacity"], **RDMA},
+                "allocatable": {**status["allocatable"], **RDMA},
+            }
+        },
+    )
+    sel = {"test": label}
+    rdma_pods = [gpu_pod(f"rdma-{i}", gpus=1, selector=sel, scheduler=scheduler) for i in range(2)]
+    for pod in rdma_pods:
+        pod["spec"]["containers"][0]["resources"]["limits"].update(RDMA)
+    pinned = {**sel, "kubernetes.io/hostname": f"{label}-n000"}
+    port_pods = [
+        gpu_pod(f"port-{i}", gpus=0, selector=pinned, scheduler=scheduler) for i in range(2)
+    ]
+    for pod in port_pods:
+        pod["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    await create_pods(api, namespace, rdma_pods + port_pods)
+    return rdma_node
+
+
+async def _one_bound_one_waiting(api: KubeAPI, namespace: str, rdma_node: str) -> None:
+    await wait_for(lambda: _settled(api, namespace, 4), 60, "pods to settle")
+    by_name = {p["metadata"]["name"]: p for p in await list_pods(api, namespace)}
+    for group, reason in (
+        (("rdma-0", "rdma-1"), "Insufficient example.com/rdma"),
+        (("port-0", "port-1"), PORTS_REASON),
+    ):
+        bound = [by_name[name] for name in group if by_name[name]["spec"].get("nodeName")]
+        waiting = [by_name[name] for name in group if not by_name[name]["spec"].get("nodeName")]
+        assert (len(bound), len(waiting)) == (1, 1), group
+        assert reason in pending_reason(waiting[0]), pending_reason(waiting[0])
+        if group[0].startswith("rdma"):
+            assert bound[0]["spec"]["nodeName"] == rdma_node
+
+
+async def test_extended_resources_and_host_ports_are_honoured_like_kube_scheduler(
+    api: KubeAPI,
+    namespace: str,
+    schedulers: SchedulerProcesses,
+    control_plane: LocalControlPlane,
+) -> None:
+    """Two one-GPU pods asking ``example.com/rdma: 1`` where only one node offers one: one
+    binds there, the other waits naming the resource; two pods asking one host port on one
+    node: one binds, the other waits with NodePorts' reason. The real kube-scheduler, given
+    the same nodes and pods, decides the same."""
+    rdma_node = await _rdma_and_port_pods(api, namespace, namespace, "gpupool")
+    schedulers.start("solo")
+    await _one_bound_one_waiting(api, namespace, rdma_node)
+    await assert_no_gpu_given_twice(api, await list_pods(api, namespace))
+
+    kube = f"{namespace}-kube"
+    await api.create(
+        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kube}}
+    )
+    control_plane.start_kube_scheduler()
+    try:
+        kube_rdma_node = await _rdma_and_port_pods(api, kube, kube, "default-scheduler")
+        await _one_bound_one_waiting(api, kube, kube_rdma_node)
+    finally:
+        control_plane.stop_process("kube-scheduler")
 
 
 async def test_deleted_or_finished_pods_free_their_gpus_for_the_next_pod(

@@ -20,9 +20,12 @@ def reference_feasible(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bo
     """Whether ``node`` can take ``pod``, re-derived in plain Python from the node spec.
 
     Mirrors placement-benchmark.md section 2.2 (CPU, memory, pod slots, GPU model, enough GPUs
-    with the per-GPU share free) plus gpupool's GPU memory and MIG checks.
+    with the per-GPU share free) plus gpupool's GPU memory and MIG checks, and kube's extra
+    resources and host ports (:func:`reference_extras_fit`).
     """
     spec = snapshot.nodes[node]
+    if not reference_extras_fit(snapshot, pod, node):
+        return False
     if int(snapshot.cpu_free[node]) < pod.cpu_milli:
         return False
     if int(snapshot.memory_free[node]) < pod.memory_mib:
@@ -51,6 +54,26 @@ def reference_feasible(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bo
     return fitting >= pod.gpu_count
 
 
+def reference_extras_fit(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bool:
+    """kube's NodeResourcesFit for extra resources and NodePorts, from the node spec and the
+    pods bound there: allocatable (zero when absent) less what they hold, and no host port of
+    the same protocol and number where either IP is ``0.0.0.0`` or both are equal."""
+    held = [snapshot.allocations[name].pod for name in snapshot.pods_on_node[node]]
+    allocatable = dict(snapshot.nodes[node].extra_resources)
+    for name, amount in pod.extra_resources:
+        used = sum(dict(other.extra_resources).get(name, 0) for other in held)
+        if allocatable.get(name, 0) - used < amount:
+            return False
+    for port in pod.host_ports:
+        for other in held:
+            for taken in other.host_ports:
+                same = (taken.protocol, taken.port) == (port.protocol, port.port)
+                ips = {taken.host_ip, port.host_ip}
+                if same and ("0.0.0.0" in ips or len(ips) == 1):
+                    return False
+    return True
+
+
 def reference_feasible_nodes(snapshot: ClusterSnapshot, pod: PodSpec) -> list[int]:
     """Indexes of every node that :func:`reference_feasible` accepts."""
     return [node for node in range(snapshot.size) if reference_feasible(snapshot, pod, node)]
@@ -66,3 +89,9 @@ def feasible() -> FeasibleFn:
 def feasible_nodes() -> Callable[[ClusterSnapshot, PodSpec], list[int]]:
     """Every node the plain-Python feasibility check accepts."""
     return reference_feasible_nodes
+
+
+@pytest.fixture(scope="session")
+def extras_fit() -> FeasibleFn:
+    """The plain-Python extra-resource and host-port check."""
+    return reference_extras_fit

@@ -7,7 +7,7 @@ releasing and the reversible what-if of ``simulate_removal`` are checked the sam
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from gpupool.core.decisions import Bind, Reject
 from gpupool.core.framework import Scheduler
-from gpupool.core.model import MILLI_PER_GPU, NodeSpec, PodSpec, RequestKind
+from gpupool.core.model import MILLI_PER_GPU, HostPort, NodeSpec, PodSpec, RequestKind
 from gpupool.core.snapshot import MAX_OVERCOMMIT, Allocation, AllocationError, ClusterSnapshot
 from gpupool.scheduling.registry import PUBLISHED, PolicyContext, build_policy
 
@@ -33,9 +33,19 @@ ARRAYS = (
     "gpu_memory_free",
     "gpu_pods_free",
     "mig_free",
+    "extra_free",
+)
+EXTRAS = ("example.com/rdma", "hugepages-2Mi", "vendor.io/never-offered")
+PORTS = (
+    HostPort(80),
+    HostPort(80, "UDP"),
+    HostPort(80, host_ip="10.0.0.1"),
+    HostPort(80, host_ip="10.0.0.2"),
+    HostPort(443),
 )
 
 FeasibleNodes = Callable[[ClusterSnapshot, PodSpec], list[int]]
+ExtrasFit = Callable[[ClusterSnapshot, PodSpec, int], bool]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -60,9 +70,25 @@ def clusters(draw: st.DrawFn) -> list[NodeSpec]:
                 gpu_memory_mib=draw(st.sampled_from([0, 16_384, 32_768])) if gpus else 0,
                 max_pods=draw(st.integers(1, 12)),
                 mig_slices=tuple((p, draw(st.integers(0, 2))) for p in profiles),
+                extra_resources=tuple(
+                    (name, draw(st.integers(0, 3)))
+                    for name in draw(st.lists(st.sampled_from(EXTRAS[:2]), unique=True))
+                ),
             )
         )
     return nodes
+
+
+@st.composite
+def extras_and_ports(draw: st.DrawFn) -> dict[str, Any]:
+    """Mostly nothing; else some extra resources (one no node offers) and host ports."""
+    if draw(st.integers(0, 2)):
+        return {}
+    names = draw(st.lists(st.sampled_from(EXTRAS), unique=True, max_size=2))
+    return {
+        "extra_resources": tuple((name, draw(st.integers(1, 2))) for name in names),
+        "host_ports": tuple(draw(st.lists(st.sampled_from(PORTS), unique=True, max_size=2))),
+    }
 
 
 @st.composite
@@ -73,17 +99,19 @@ def pods(draw: st.DrawFn, name: str) -> PodSpec:
     memory = draw(st.sampled_from([0, 1024, 4096, 30_000]))
     models = draw(st.frozensets(st.sampled_from((*MODELS, "Z")), max_size=2))
     gpu_memory = draw(st.sampled_from([0, 0, 4096, 20_000]))
+    more = draw(extras_and_ports())
     if kind == "cpu":
-        return PodSpec(name, cpu, memory)
+        return PodSpec(name, cpu, memory, **more)
     if kind == "mig":
-        return PodSpec(name, cpu, memory, mig_profile=draw(st.sampled_from((*PROFILES, "7g"))))
+        profile = draw(st.sampled_from((*PROFILES, "7g")))
+        return PodSpec(name, cpu, memory, mig_profile=profile, **more)
     if kind == "share":
         count = draw(st.sampled_from([1, 1, 1, 2]))
         milli = draw(st.integers(50, 999))
     else:
         count = draw(st.sampled_from([1, 2, 4, 8]))
         milli = MILLI_PER_GPU
-    return PodSpec(name, cpu, memory, count, milli, gpu_memory, models)
+    return PodSpec(name, cpu, memory, count, milli, gpu_memory, models, **more)
 
 
 @st.composite
@@ -120,6 +148,8 @@ def check_invariants(snapshot: ClusterSnapshot, models: bool = True) -> None:
     memory = np.zeros(n, dtype=np.int64)
     count = np.zeros(n, dtype=np.int64)
     mig = np.zeros_like(snapshot.mig_free)
+    extra = np.zeros_like(snapshot.extra_free)
+    ports: list[list[tuple[str, HostPort]]] = [[] for _ in range(n)]
     gpu_pods = np.zeros_like(free)
     holders: defaultdict[tuple[int, int], list[str]] = defaultdict(list)
     for name, allocation in snapshot.allocations.items():
@@ -147,6 +177,9 @@ def check_invariants(snapshot: ClusterSnapshot, models: bool = True) -> None:
             holders[(node, gpu)].append(name)
         if pod.kind is RequestKind.MIG:
             mig[node, snapshot.mig_profiles.index(pod.mig_profile)] += 1
+        for resource, amount in pod.extra_resources:
+            extra[node, snapshot.extras.names.index(resource)] += amount
+        ports[node].extend((name, port) for port in pod.host_ports)
         if pod.kind in (RequestKind.WHOLE, RequestKind.SHARE):
             assert spec.gpu_count > 0
             assert not models or not pod.gpu_models or spec.gpu_model in pod.gpu_models
@@ -171,9 +204,24 @@ def check_invariants(snapshot: ClusterSnapshot, models: bool = True) -> None:
         (snapshot.pods_free, snapshot.pods_capacity, count),
         (snapshot.mig_free, snapshot.mig_capacity, mig),
         (snapshot.gpu_pods_free, snapshot.gpu_pods_capacity, gpu_pods),
+        (snapshot.extra_free, snapshot.extras.capacity, extra),
     ):
         np.testing.assert_array_equal(free_arr, capacity - used)
         assert np.all(free_arr >= 0)
+    for node, held in enumerate(ports):  # no two pods on a node hold conflicting host ports
+        for i, (holder, port) in enumerate(held):
+            for other_holder, other in held[i + 1 :]:
+                same = (port.protocol, port.port) == (other.protocol, other.port)
+                ips = {port.host_ip, other.host_ip}
+                assert (
+                    holder == other_holder or not same or ("0.0.0.0" not in ips and len(ips) == 2)
+                )
+        in_use = {
+            (protocol, number, ip): count
+            for (protocol, number), ips in snapshot.ports.by_node[node].items()
+            for ip, count in ips.items()
+        }
+        assert in_use == Counter((p.protocol, p.port, p.host_ip) for _, p in held)
     on_nodes = [name for names in snapshot.pods_on_node for name in names]
     assert sorted(on_nodes) == sorted(snapshot.allocations)
 
@@ -184,6 +232,7 @@ def state_of(snapshot: ClusterSnapshot) -> dict[str, Any]:
     state["used_gpu_milli"] = snapshot.used_gpu_milli
     state["allocations"] = dict(snapshot.allocations)
     state["pods_on_node"] = [set(names) for names in snapshot.pods_on_node]
+    state["ports"] = snapshot.ports.copy().by_node
     return state
 
 
@@ -193,11 +242,20 @@ def assert_same_state(snapshot: ClusterSnapshot, state: dict[str, Any]) -> None:
     assert snapshot.used_gpu_milli == state["used_gpu_milli"]
     assert snapshot.allocations == state["allocations"]
     assert snapshot.pods_on_node == state["pods_on_node"]
+    assert snapshot.ports.by_node == state["ports"]
 
 
-def fits_exactly(snapshot: ClusterSnapshot, pod: PodSpec, node: int, gpus: tuple[int, ...]) -> bool:
+def fits_exactly(
+    snapshot: ClusterSnapshot,
+    pod: PodSpec,
+    node: int,
+    gpus: tuple[int, ...],
+    extras_fit: Callable[[ClusterSnapshot, PodSpec, int], bool],
+) -> bool:
     """Whether ``bind(pod, node, gpus)`` must succeed, in plain Python."""
     if pod.name in snapshot.allocations or not 0 <= node < snapshot.size:
+        return False
+    if not extras_fit(snapshot, pod, node):
         return False
     if snapshot.cpu_free[node] < pod.cpu_milli or snapshot.memory_free[node] < pod.memory_mib:
         return False
@@ -259,6 +317,7 @@ def test_every_policy_keeps_the_snapshot_consistent(
     seed: int,
     ranked: bool,
     feasible_nodes: FeasibleNodes,
+    extras_fit: ExtrasFit,
 ) -> None:
     rng = np.random.default_rng(seed)
     snapshot = ClusterSnapshot(nodes)
@@ -283,7 +342,7 @@ def test_every_policy_keeps_the_snapshot_consistent(
         assert decision.node in expected_nodes
         assert decision.feasible_nodes == len(expected_nodes)
         assert decision.node_name == nodes[decision.node].name
-        assert fits_exactly(snapshot, pod, decision.node, decision.gpus)
+        assert fits_exactly(snapshot, pod, decision.node, decision.gpus, extras_fit)
         snapshot.bind(decision.pod, decision.node, decision.gpus)
         changed = np.flatnonzero(snapshot.node_gen != generations)
         assert changed.tolist() == [decision.node]
@@ -306,12 +365,13 @@ def test_bind_refuses_exactly_what_does_not_fit(
     extra: PodSpec,
     node: int,
     gpus: list[int],
+    extras_fit: ExtrasFit,
 ) -> None:
     snapshot = ClusterSnapshot(nodes)
     schedule_stream(snapshot, stream, policy_name, seed=7)
     before = state_of(snapshot)
     request = tuple(gpus)
-    if fits_exactly(snapshot, extra, node, request):
+    if fits_exactly(snapshot, extra, node, request, extras_fit):
         allocation = snapshot.bind(extra, node, request)
         assert allocation == Allocation(pod=extra, node=node, gpus=request)
         check_invariants(snapshot, models=False)
@@ -353,12 +413,16 @@ def test_simulate_removal_restores_exactly(
     for name in removed:
         assert name not in snapshot.allocations
     freed_cpu = np.zeros(snapshot.size, dtype=np.int64)
+    freed_extra = np.zeros_like(snapshot.extra_free)
     freed_milli = 0
     for name in removed:
         allocation = before["allocations"][name]
         freed_cpu[allocation.node] += allocation.pod.cpu_milli
         freed_milli += allocation.pod.total_gpu_milli
+        for resource, amount in allocation.pod.extra_resources:
+            freed_extra[allocation.node, snapshot.extras.names.index(resource)] += amount
     np.testing.assert_array_equal(snapshot.cpu_free, before["cpu_free"] + freed_cpu)
+    np.testing.assert_array_equal(snapshot.extra_free, before["extra_free"] + freed_extra)
     assert snapshot.used_gpu_milli == before["used_gpu_milli"] - freed_milli
     check_invariants(snapshot)
 
@@ -405,6 +469,7 @@ def test_pods_per_gpu_and_overcommit_keep_every_invariant(
     data: st.DataObject,
     extra: PodSpec,
     gpus: list[int],
+    extras_fit: ExtrasFit,
 ) -> None:
     snapshot = ClusterSnapshot(nodes)
     for node, per_gpu, compute, memory in data.draw(sharing(len(nodes))):
@@ -414,7 +479,7 @@ def test_pods_per_gpu_and_overcommit_keep_every_invariant(
     check_invariants(snapshot)
     node = data.draw(st.integers(0, len(nodes) - 1))
     before = state_of(snapshot)
-    if fits_exactly(snapshot, extra, node, tuple(gpus)):
+    if fits_exactly(snapshot, extra, node, tuple(gpus), extras_fit):
         snapshot.bind(extra, node, tuple(gpus))
         check_invariants(snapshot, models=False)
     else:

@@ -4,9 +4,10 @@ The scheduler's message already counts the nodes per reason; what a user asks ne
 would it take": for every node the scheduler could ever place the pod on (one of the pools it is
 routed to, a GPU model it allows, its selector, affinity and tolerations, ready and not cordoned:
 :func:`~gpupool.scheduling.candidates.candidate_nodes`, the engine's own filters) that would hold
-it if empty (enough GPUs of its size, MIG slices of its profile, CPU and memory), the shares still
-to free on the GPUs closest to fitting, and who holds them. Computed from the snapshot with
-numpy, without touching it, so an explanation can never change a placement.
+it if empty (enough GPUs of its size, MIG slices of its profile, CPU, memory and every other
+resource it asks for), the shares still to free on the GPUs closest to fitting, and who holds
+them. Computed from the snapshot with numpy, without touching it, so an explanation can never
+change a placement.
 """
 
 from __future__ import annotations

@@ -11,7 +11,10 @@ The checks mirror the FGD simulator's filter (NodeResourcesFit plus Open-Gpu-Sha
 * a GPU pod needs a node whose GPU model is allowed (any GPU node when unconstrained);
 * ``gpu_count`` GPUs each with at least ``gpu_milli`` compute share and ``gpu_memory_mib``
   memory free (so a whole-GPU pod needs fully free GPUs);
-* a MIG pod needs a free slice of its profile.
+* a MIG pod needs a free slice of its profile;
+* every extra resource the pod asks for (another vendor's device, hugepages, ephemeral
+  storage) is free on the node, and none of its host ports is taken there
+  (:mod:`gpupool.core.resources`, kube's NodeResourcesFit and NodePorts).
 
 Checks that do not depend on what runs on a node (:func:`node_checks`: readiness, cordon,
 untolerated taints, the node selector, required affinity and what the pod's volumes require
@@ -31,6 +34,7 @@ import numpy as np
 from gpupool.core.constraints import NO_CONSTRAINTS, NodeConstraints
 from gpupool.core.model import PodSpec, RequestKind
 from gpupool.core.pod_relative import fits_neighbours, pod_checks, static_mask
+from gpupool.core.resources import REASON_PORTS
 from gpupool.core.snapshot import BoolArray, ClusterSnapshot, IntArray
 
 REASON_MODEL = "node(s) had no GPU of an allowed model"
@@ -205,6 +209,8 @@ def fits_on_node(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bool:
         return False
     if not all(passed[node] for _, passed in node_checks(snapshot, pod.constraints)):
         return False
+    if (pod.extra_resources or pod.host_ports) and not _extras_fit(snapshot, pod, node):
+        return False
     if not fits_neighbours(snapshot, pod, node):  # after a what-if's removals too
         return False
     kind = pod.kind
@@ -218,6 +224,24 @@ def fits_on_node(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bool:
     if not snapshot.model_mask(pod.gpu_models)[node]:
         return False
     return int(eligible_gpus(snapshot, pod, node).sum()) >= pod.gpu_count
+
+
+def _extras_fit(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bool:
+    """Whether ``node`` has the pod's extra resources free and none of its host ports taken."""
+    return (
+        snapshot.extras.short_of(snapshot.extra_free, node, pod.extra_resources) is None
+        and snapshot.ports.conflict(node, pod.host_ports) is None
+    )
+
+
+def resource_checks(snapshot: ClusterSnapshot, pod: PodSpec) -> list[NodeCheck]:
+    """The pod's extra-resource and host-port checks on every node (none for most pods)."""
+    checks: list[NodeCheck] = []
+    if pod.extra_resources:
+        checks = snapshot.extras.checks(snapshot.extra_free, pod.extra_resources, snapshot.size)
+    if pod.host_ports:
+        checks.append((REASON_PORTS, snapshot.ports.free_mask(pod.host_ports, snapshot.size)))
+    return checks
 
 
 def _health_checks(
@@ -265,6 +289,8 @@ def filter_nodes(
     checks.append((REASON_CPU, snapshot.cpu_free >= pod.cpu_milli))
     checks.append((REASON_MEMORY, snapshot.memory_free >= pod.memory_mib))
     checks.append((REASON_PODS, snapshot.pods_free >= 1))
+    if pod.extra_resources or pod.host_ports:
+        checks.extend(resource_checks(snapshot, pod))
     checks.extend(pod_checks(snapshot, pod))  # affinity, anti-affinity, topology spread
     mask = checks[0][1].copy()
     for _, passed in checks[1:]:

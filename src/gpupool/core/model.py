@@ -26,6 +26,18 @@ if TYPE_CHECKING:
 
 MILLI_PER_GPU = 1000
 """Compute share of one whole GPU, in milli-GPU."""
+MAX_AMOUNT = 2**62
+"""Largest amount of an extra resource (bytes of ephemeral storage, a device count): the
+snapshot keeps them in int64 arrays, where a sum of two must not overflow."""
+WILDCARD_IP = "0.0.0.0"
+"""The host IP of a port bound on every address (an empty ``hostIP`` means it)."""
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+
+ExtraResources = tuple[tuple[str, int], ...]
+"""Resources besides CPU, memory and gpupool's own, as sorted ``(name, amount)`` pairs:
+other vendors' extended resources (``example.com/rdma``), ``hugepages-*`` and
+``ephemeral-storage`` in bytes. Most pods and nodes have none, an empty tuple, so they compare,
+hash and filter as fast as before."""
 
 
 class InvalidSpecError(ValueError):
@@ -65,6 +77,49 @@ def _require_non_negative(owner: str, name: str, value: int) -> None:
         raise InvalidSpecError(owner, name, f"must be >= 0, got {value}")
 
 
+def _normalized_extras(owner: str, extras: ExtraResources) -> ExtraResources:
+    """``extras`` sorted by name, zero amounts dropped (kube checks only what is asked, > 0)."""
+    names = [name for name, _ in extras]
+    if len(set(names)) != len(names):
+        raise InvalidSpecError(owner, "extra_resources", "names a resource twice")
+    for name, amount in extras:
+        if not name:
+            raise InvalidSpecError(owner, "extra_resources", "a resource needs a name")
+        if not 0 <= amount <= MAX_AMOUNT:
+            raise InvalidSpecError(
+                owner, f"extra_resources[{name}]", f"must be in 0..{MAX_AMOUNT}, got {amount}"
+            )
+    return tuple(sorted((name, amount) for name, amount in extras if amount))
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class HostPort:
+    """A port a pod binds on its node's network (a container's ``hostPort``).
+
+    An empty host IP means every address (:data:`WILDCARD_IP`) and an empty protocol TCP, as
+    kube-scheduler's NodePorts reads them; the constructor stores the normalized values, so two
+    spellings of one port compare equal.
+    """
+
+    port: int
+    protocol: str = "TCP"
+    host_ip: str = WILDCARD_IP
+
+    def __post_init__(self) -> None:
+        if not self.host_ip:
+            object.__setattr__(self, "host_ip", WILDCARD_IP)
+        if not self.protocol:
+            object.__setattr__(self, "protocol", "TCP")
+        if not 1 <= self.port <= 65535:
+            raise InvalidSpecError("host port", "port", f"must be 1..65535, got {self.port}")
+        if self.protocol not in PROTOCOLS:
+            raise InvalidSpecError(
+                "host port",
+                "protocol",
+                f"must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}",
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSpec:
     """A schedulable node as the inventory reports it.
@@ -85,6 +140,8 @@ class NodeSpec:
         unhealthy_gpus: Indexes of GPUs that must take no new pod (a critical XID): they keep
             their index, so the pods already on them stay held where their records say, but
             no filter, GPU choice or preemption gives them out again.
+        extra_resources: Allocatable amounts of every other resource (:data:`ExtraResources`);
+            stored sorted, zero amounts dropped.
     """
 
     name: str
@@ -100,11 +157,15 @@ class NodeSpec:
     ready: bool = True
     unschedulable: bool = False
     unhealthy_gpus: tuple[int, ...] = ()
+    extra_resources: ExtraResources = ()
 
     def __post_init__(self) -> None:
         owner = f"node {self.name!r}"
         if not self.name:
             raise InvalidSpecError("node", "name", "must not be empty")
+        if self.extra_resources:
+            extras = _normalized_extras(owner, self.extra_resources)
+            object.__setattr__(self, "extra_resources", extras)
         for name in ("cpu_milli", "memory_mib", "gpu_count", "gpu_memory_mib", "max_pods"):
             _require_non_negative(owner, name, getattr(self, name))
         if self.gpu_count > 0 and not self.gpu_model:
@@ -135,6 +196,10 @@ class PodSpec:
         constraints: Node selector, required affinity and tolerations; ``None`` when the pod
             names none (it is then kept off tainted nodes only). Empty constraints are stored
             as ``None``, so equal requests compare and cache as one.
+        extra_resources: Amounts of every other resource (:data:`ExtraResources`), as
+            kube-scheduler's NodeResourcesFit checks them: a node without one in allocatable
+            has none of it. Stored sorted, zero amounts dropped.
+        host_ports: Ports the pod binds on its node (NodePorts); stored sorted.
         namespace: The pod's namespace, which other pods' affinity terms and spread
             constraints match against (empty in the simulator).
         labels: The pod's labels as sorted ``(key, value)`` pairs, for the same matching.
@@ -154,6 +219,8 @@ class PodSpec:
     mig_profile: str = ""
     workload_class: str = ""
     constraints: NodeConstraints | None = None
+    extra_resources: ExtraResources = ()
+    host_ports: tuple[HostPort, ...] = ()
     namespace: str = field(default="", compare=False)
     labels: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     terms: PodTerms | None = None
@@ -163,6 +230,11 @@ class PodSpec:
         self._validate()
         if self.constraints is not None and self.constraints.empty:
             object.__setattr__(self, "constraints", None)
+        if self.extra_resources:
+            extras = _normalized_extras(f"pod {self.name!r}", self.extra_resources)
+            object.__setattr__(self, "extra_resources", extras)
+        if self.host_ports:
+            object.__setattr__(self, "host_ports", tuple(sorted(self.host_ports)))
         if self.terms is not None and self.terms.empty:
             object.__setattr__(self, "terms", None)
         # derived once: every filter, score and policy rule asks for it

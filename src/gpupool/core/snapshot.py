@@ -9,7 +9,9 @@ Invariants, enforced here and not by callers:
 * a GPU's free compute share stays within ``0..1000`` milli and its free memory within
   ``0..capacity``: :meth:`ClusterSnapshot.bind` refuses any allocation that does not fit, so no
   share is ever given twice;
-* CPU, memory, pod slots, per-GPU pod slots and MIG slices are never oversubscribed;
+* CPU, memory, pod slots, per-GPU pod slots, MIG slices and every extra resource
+  (:mod:`gpupool.core.resources`: other vendors' extended resources, hugepages, ephemeral
+  storage) are never oversubscribed, and no two pods on a node hold conflicting host ports;
 * a GPU's compute and memory capacity are its physical ones unless a Shared pool set an
   overcommit ratio on its node (:meth:`ClusterSnapshot.configure_gpu_sharing`, capped at
   :data:`MAX_OVERCOMMIT`, the GPUPool CRD's limit); a whole GPU always takes all of both, so
@@ -34,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.core.model import MILLI_PER_GPU, NodeSpec, PodSpec, RequestKind, overcommitted
+from gpupool.core.resources import ExtraColumns, PortsInUse
 
 if TYPE_CHECKING:
     from gpupool.core.constraints import NodeConstraints
@@ -132,6 +135,10 @@ class ClusterSnapshot:
         self.gpu_memory_free: IntArray = self.gpu_memory_capacity.copy()
         self.gpu_pods_free: IntArray = self.gpu_pods_capacity.copy()
         self.mig_free: IntArray = self.mig_capacity.copy()
+        self.extras = ExtraColumns(nodes)
+        """The extra resources' names and allocatable amounts (fixed with the inventory)."""
+        self.extra_free: IntArray = self.extras.new_free()
+        self.ports = PortsInUse(n)
         self.node_gen: IntArray = np.zeros(n, dtype=np.int64)
 
         self.total_gpus = int(self.gpu_count.sum())
@@ -293,6 +300,7 @@ class ClusterSnapshot:
         "gpu_memory_free",
         "gpu_pods_free",
         "mig_free",
+        "extra_free",
         "node_gen",
     )
     """The arrays that bind and release change; the others are fixed once sharing is set."""
@@ -309,6 +317,7 @@ class ClusterSnapshot:
             setattr(clone, name, getattr(self, name).copy())
         clone.allocations = dict(self.allocations)
         clone.pods_on_node = [set(pods) for pods in self.pods_on_node]
+        clone.ports = self.ports.copy()
         clone.pods_with_terms = set(self.pods_with_terms)
         clone.constraint_checks = dict(self.constraint_checks)  # a copy may be read elsewhere
         clone.node_preferences = dict(self.node_preferences)
@@ -334,6 +343,16 @@ class ClusterSnapshot:
             raise AllocationError(f"{where}: too many pods")
         if pod.kind is RequestKind.MIG and not self._mig_slice_free(pod.mig_profile, node):
             raise AllocationError(f"{where}: no free MIG slice {pod.mig_profile}")
+        if pod.extra_resources:
+            short = self.extras.short_of(self.extra_free, node, pod.extra_resources)
+            if short is not None:
+                raise AllocationError(f"{where}: insufficient {short}")
+        if pod.host_ports:
+            taken = self.ports.conflict(node, pod.host_ports)
+            if taken is not None:
+                raise AllocationError(
+                    f"{where}: host port {taken.protocol}/{taken.port} on {taken.host_ip} is taken"
+                )
         if len(gpus) != pod.gpu_count or len(set(gpus)) != len(gpus):
             raise AllocationError(f"{where}: needs {pod.gpu_count} distinct GPUs, got {gpus}")
         for gpu in gpus:
@@ -383,4 +402,8 @@ class ClusterSnapshot:
             self.used_gpu_milli -= sign * pod.total_gpu_milli
         if pod.mig_profile:
             self.mig_free[node, self.mig_profiles.index(pod.mig_profile)] += sign
+        if pod.extra_resources:
+            self.extras.apply(self.extra_free, node, pod.extra_resources, sign)
+        if pod.host_ports:
+            self.ports.apply(node, pod.host_ports, sign)
         self.node_gen[node] += 1

@@ -37,6 +37,7 @@ import numpy as np
 
 from gpupool.core.filtering import NodeCheck, admissible, fits_on_node, mask_of
 from gpupool.core.model import PodSpec
+from gpupool.core.resources import asks_at_least
 from gpupool.core.snapshot import Allocation, BoolArray, ClusterSnapshot
 from gpupool.policy.workload import Workload
 
@@ -360,4 +361,5 @@ def no_smaller(failed: PodSpec, pod: PodSpec) -> bool:
         and pod.gpu_memory_mib >= failed.gpu_memory_mib
         and pod.cpu_milli >= failed.cpu_milli
         and pod.memory_mib >= failed.memory_mib
+        and asks_at_least(pod, failed)
     )

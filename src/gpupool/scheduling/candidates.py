@@ -53,9 +53,9 @@ def candidate_nodes(
 def could_hold(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray:
     """Nodes whose capacity, with nothing running there, holds ``pod``'s request.
 
-    CPU, memory and a pod slot; a free slice of its MIG profile; ``gpu_count`` GPUs whose
-    compute, memory and pod slots (as a pool's sharing sets them) hold one of its per-GPU
-    shares. Unhealthy GPUs count: they may recover. What the pod's constraints allow is
+    CPU, memory and a pod slot; every extra resource it asks for; a free slice of its MIG
+    profile; ``gpu_count`` GPUs whose compute, memory and pod slots (as a pool's sharing sets
+    them) hold one of its per-GPU shares. Unhealthy GPUs count: they may recover. What the pod's constraints allow is
     :func:`~gpupool.core.filtering.admissible`'s, not this.
     """
     fits: BoolArray = (
@@ -63,6 +63,8 @@ def could_hold(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray:
         & (snapshot.memory_capacity >= pod.memory_mib)
         & (snapshot.pods_capacity >= 1)
     )
+    if pod.extra_resources:
+        fits &= snapshot.extras.could_ever_fit(pod.extra_resources, snapshot.size)
     kind = pod.kind
     if kind is RequestKind.MIG:
         if pod.mig_profile not in snapshot.mig_profiles:

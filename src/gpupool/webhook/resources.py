@@ -23,11 +23,12 @@ from gpupool.kube.objects.vocabulary import (
     RESOURCE_GPU_CORES,
     RESOURCE_GPU_MEMORY,
     RESOURCE_MIG_PREFIX,
+    RESOURCE_PREFIX,
 )
 from gpupool.webhook.facts import ClusterFacts
 from gpupool.webhook.refusal import Refusal
 
-GPUPOOL_PREFIX = "gpupool.io/"
+GPUPOOL_PREFIX = RESOURCE_PREFIX
 PARSED_ELSEWHERE = ("cpu", "memory")
 """Resources the translation parses besides gpupool's own."""
 MAX_QUANTITY_CHARS = 64

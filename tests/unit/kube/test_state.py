@@ -13,6 +13,7 @@ from gpupool.core.filtering import (
     REASON_SELECTOR,
     REASON_TAINTS,
     REASON_UNSCHEDULABLE,
+    fits_on_node,
 )
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.kube.objects import allocation
@@ -787,3 +788,27 @@ def test_a_pod_on_a_gpu_that_breaks_is_warned_once_and_keeps_its_gpu() -> None:
     state.invalidate()
     state.sync()
     assert len(warnings) == 1
+
+
+def test_foreign_pods_hold_extra_resources_and_ports_only_as_far_as_the_node_has_them() -> None:
+    """Another scheduler's pods over the node's rdma and on one port are held in part, never
+    oversubscribing; a gpupool pod asking for either then fits nowhere on that node."""
+
+    def foreign(name: str) -> PodRecord:
+        obj = pod_dict(name, scheduler="default-scheduler", node="n0", cpu="1")
+        main = obj["spec"]["containers"][0]
+        main["resources"]["limits"]["example.com/rdma"] = "1"
+        main["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+        return decode_pod(obj)
+
+    rdma_node = node_dict("n0")
+    rdma_node["status"]["allocatable"]["example.com/rdma"] = "1"
+    state = make_state(decode_node(rdma_node), pods=(foreign("a"), foreign("b")))
+    snapshot = snap(state)
+    assert {"uid-a", "uid-b"} <= set(snapshot.allocations)
+    held = [snapshot.allocations[uid].pod for uid in ("uid-a", "uid-b")]
+    assert sorted(p.extra_resources for p in held) == [(), (("example.com/rdma", 1),)]
+    assert sorted(len(p.host_ports) for p in held) == [0, 1]
+    assert snapshot.extra_free.tolist() == [[100 * 2**30, 0]]  # ephemeral-storage, rdma
+    asking = foreign("c")
+    assert not fits_on_node(snapshot, state.spec_of(asking), 0)

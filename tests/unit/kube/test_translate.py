@@ -312,6 +312,7 @@ def test_node_spec_gpu_node() -> None:
             ("gpupool.io/gpu-model", "H100"),
             ("kubernetes.io/hostname", "n1"),
         ),
+        extra_resources=(("ephemeral-storage", 100 * 2**30),),
     )
 
 

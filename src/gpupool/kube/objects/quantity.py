@@ -31,6 +31,9 @@ _SUFFIXES: dict[str, Fraction] = {
 }
 _PATTERN = re.compile(r"^([+-]?[0-9.]+)(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))$")
 MIB = 2**20
+MAX_EXPONENT = 100
+"""Largest decimal exponent parsed: ``1e999999999`` would build a billion-digit number and
+stall the scheduler on one pod; no resource amount comes near 10**100."""
 
 
 class QuantityError(ValueError):
@@ -50,7 +53,10 @@ def parse_quantity(text: str) -> Fraction:
     except ValueError:
         raise QuantityError(f"{text!r} is not a quantity") from None
     if exponent:
-        return value * Fraction(10) ** int(exponent[1:])
+        power = int(exponent[1:])
+        if abs(power) > MAX_EXPONENT:
+            raise QuantityError(f"{text!r} has an exponent beyond ±{MAX_EXPONENT}")
+        return value * Fraction(10) ** power
     if suffix not in _SUFFIXES:
         raise QuantityError(f"{text!r} has an unknown suffix {suffix!r}")
     return value * _SUFFIXES[suffix]
@@ -64,6 +70,11 @@ def to_milli(text: str) -> int:
 def to_mib(text: str) -> int:
     """A memory quantity (bytes) in MiB, rounded up."""
     return math.ceil(parse_quantity(text) / MIB)
+
+
+def to_value(text: str) -> int:
+    """A quantity as a whole number, rounded up (kube's ``Value()``: bytes, devices)."""
+    return math.ceil(parse_quantity(text))
 
 
 def to_count(text: str) -> int:

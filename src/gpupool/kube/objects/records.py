@@ -49,11 +49,31 @@ class ResourceRequirements(msgspec.Struct, frozen=True):
     claims: tuple[ContainerClaim, ...] = ()
 
 
-class Container(msgspec.Struct, frozen=True):
-    """The part of a container that scheduling reads."""
+class ContainerPort(msgspec.Struct, frozen=True, rename="camel"):
+    """One container port; only one with a ``hostPort`` matters to scheduling (NodePorts)."""
+
+    container_port: int = 0
+    host_port: int = 0
+    protocol: str = "TCP"
+    host_ip: str = msgspec.field(default="", name="hostIP")
+
+
+class Container(msgspec.Struct, frozen=True, rename="camel"):
+    """The part of a container that scheduling reads.
+
+    ``restart_policy`` is ``"Always"`` for a native sidecar (an init container that keeps
+    running beside the app containers), which changes how its requests and ports count.
+    """
 
     name: str = ""
     resources: ResourceRequirements = ResourceRequirements()
+    ports: tuple[ContainerPort, ...] = ()
+    restart_policy: str | None = None
+
+    @property
+    def sidecar(self) -> bool:
+        """Whether this init container runs for the pod's life (``restartPolicy: Always``)."""
+        return self.restart_policy == "Always"
 
 
 class Toleration(msgspec.Struct, frozen=True):
@@ -229,6 +249,9 @@ class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
     topology_spread_constraints: tuple[TopologySpreadConstraintRecord, ...] = ()
     scheduling_gates: list[dict[str, str]] = []
     resource_claims: tuple[PodResourceClaim, ...] = ()
+    resources: ResourceRequirements | None = None
+    """Pod-level requests and limits (PodLevelResources): for cpu, memory and hugepages they
+    replace the containers' sum."""
     volumes: tuple[Volume, ...] = ()
     termination_grace_period_seconds: int | None = None
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 SCHEDULER_NAME = "gpupool"
 """``spec.schedulerName`` of the pods gpupool schedules."""
 
+RESOURCE_PREFIX = "gpupool.io/"
+"""Every gpupool resource's name starts so; the scheduler has a field for each."""
 RESOURCE_GPU = "gpupool.io/gpu"
 RESOURCE_GPU_MEMORY = "gpupool.io/gpu-memory"
 RESOURCE_GPU_CORES = "gpupool.io/gpu-cores"

@@ -91,7 +91,10 @@ def foreign_holdings(
 
 
 def _clamped(snapshot: ClusterSnapshot, spec: PodSpec, row: int, gpus: int) -> PodSpec:
-    """``spec`` cut down to what ``row`` has left: CPU, memory, ``gpus`` GPUs, a MIG slice."""
+    """``spec`` cut down to what ``row`` has left.
+
+    CPU, memory, ``gpus`` GPUs, a MIG slice, the extra resources, and the host ports still free.
+    """
     mig = spec.mig_profile
     if mig and not (
         mig in snapshot.mig_profiles
@@ -106,4 +109,8 @@ def _clamped(snapshot: ClusterSnapshot, spec: PodSpec, row: int, gpus: int) -> P
         gpu_milli=spec.gpu_milli if gpus else 0,
         gpu_memory_mib=spec.gpu_memory_mib if gpus else 0,
         mig_profile=mig,
+        extra_resources=snapshot.extras.clamped(snapshot.extra_free, row, spec.extra_resources),
+        host_ports=tuple(
+            port for port in spec.host_ports if snapshot.ports.conflict(row, (port,)) is None
+        ),
     )
