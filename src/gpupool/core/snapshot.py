@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from gpupool.core.bind_check import bind_problem
 from gpupool.core.model import MILLI_PER_GPU, NodeSpec, PodSpec, RequestKind, overcommitted
 from gpupool.core.resources import ExtraColumns, PortsInUse
 
@@ -250,7 +251,9 @@ class ClusterSnapshot:
             raise AllocationError(f"pod {pod.name!r} is already bound")
         if not 0 <= node < self.size:
             raise AllocationError(f"pod {pod.name!r}: no node at index {node}")
-        self._check_fits(pod, node, tuple(gpus))
+        problem = bind_problem(self, pod, node, tuple(gpus))
+        if problem is not None:
+            raise AllocationError(problem)
         if not running and self.unhealthy_gpus:
             broken = [gpu for gpu in gpus if not self.gpu_usable[node, gpu]]
             if broken:
@@ -332,55 +335,6 @@ class ClusterSnapshot:
                 self.bind(allocation.pod, allocation.node, allocation.gpus, running=True)
 
         return restore
-
-    def _check_fits(self, pod: PodSpec, node: int, gpus: tuple[int, ...]) -> None:
-        where = f"pod {pod.name!r} on node {self.node_names[node]!r}"
-        if self.cpu_free[node] < pod.cpu_milli:
-            raise AllocationError(f"{where}: insufficient cpu")
-        if self.memory_free[node] < pod.memory_mib:
-            raise AllocationError(f"{where}: insufficient memory")
-        if self.pods_free[node] < 1:
-            raise AllocationError(f"{where}: too many pods")
-        if pod.kind is RequestKind.MIG and not self._mig_slice_free(pod.mig_profile, node):
-            raise AllocationError(f"{where}: no free MIG slice {pod.mig_profile}")
-        if pod.extra_resources:
-            short = self.extras.short_of(self.extra_free, node, pod.extra_resources)
-            if short is not None:
-                raise AllocationError(f"{where}: insufficient {short}")
-        if pod.host_ports:
-            taken = self.ports.conflict(node, pod.host_ports)
-            if taken is not None:
-                raise AllocationError(
-                    f"{where}: host port {taken.protocol}/{taken.port} on {taken.host_ip} is taken"
-                )
-        if len(gpus) != pod.gpu_count or len(set(gpus)) != len(gpus):
-            raise AllocationError(f"{where}: needs {pod.gpu_count} distinct GPUs, got {gpus}")
-        for gpu in gpus:
-            if not 0 <= gpu < self.gpu_count[node]:
-                raise AllocationError(f"{where}: no GPU {gpu}")
-            if self.gpu_free[node, gpu] < self._compute_taken(pod, node, gpu):
-                raise AllocationError(f"{where}: GPU {gpu} has too little compute share left")
-            if self.gpu_pods_free[node, gpu] < 1:
-                raise AllocationError(f"{where}: GPU {gpu} has no pod slot left")
-            if self.gpu_memory_free[node, gpu] < self._memory_taken(pod, node, gpu):
-                raise AllocationError(f"{where}: GPU {gpu} has too little memory left")
-
-    def _compute_taken(self, pod: PodSpec, node: int, gpu: int) -> int:
-        """Compute a pod holds on one of its GPUs: the whole capacity for a whole GPU."""
-        if pod.kind is RequestKind.WHOLE:
-            return int(self.gpu_milli_capacity[node, gpu])
-        return pod.gpu_milli
-
-    def _memory_taken(self, pod: PodSpec, node: int, gpu: int) -> int:
-        """GPU memory a pod holds on one of its GPUs: all of it for a whole (exclusive) GPU."""
-        if pod.kind is RequestKind.WHOLE:
-            return int(self.gpu_memory_capacity[node, gpu])
-        return pod.gpu_memory_mib
-
-    def _mig_slice_free(self, profile: str, node: int) -> bool:
-        return profile in self.mig_profiles and bool(
-            self.mig_free[node, self.mig_profiles.index(profile)] >= 1
-        )
 
     def _apply(self, allocation: Allocation, sign: int) -> None:
         pod, node = allocation.pod, allocation.node

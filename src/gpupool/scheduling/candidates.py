@@ -55,8 +55,8 @@ def could_hold(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray:
 
     CPU, memory and a pod slot; every extra resource it asks for; a free slice of its MIG
     profile; ``gpu_count`` GPUs whose compute, memory and pod slots (as a pool's sharing sets
-    them) hold one of its per-GPU shares. Unhealthy GPUs count: they may recover. What the pod's constraints allow is
-    :func:`~gpupool.core.filtering.admissible`'s, not this.
+    them) hold one of its per-GPU shares. Unhealthy GPUs count: they may recover. What the
+    pod's constraints allow is :func:`~gpupool.core.filtering.admissible`'s, not this.
     """
     fits: BoolArray = (
         (snapshot.cpu_capacity >= pod.cpu_milli)
