@@ -107,6 +107,13 @@ def main() -> None:
     parser.add_argument(
         "--rules", default="history", help=f"idle rules applied, of {', '.join(IDLE_RULES)}"
     )
+    parser.add_argument(
+        "--baseline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run without rules (off); --no-baseline halves the runs when only the rules' "
+        "own columns (false reclaims, reclaimed / beyond) are wanted",
+    )
     parser.add_argument("--json", type=Path, default=Path("out/bench/sim_governance.json"))
     args = parser.parse_args()
 
@@ -114,6 +121,7 @@ def main() -> None:
     unknown = [rule for rule in rules if rule not in IDLE_RULES]
     if unknown:
         parser.error(f"--rules: {', '.join(unknown)} not among {', '.join(IDLE_RULES)}")
+    cells_run: tuple[str | None, ...] = (None, *rules) if args.baseline else tuple(rules)
     sweep = Sweep.from_args(args)
     nodes, pods, loads, seeds = sweep.nodes, sweep.pods, sweep.loads, sweep.seeds
     jobs = [
@@ -135,7 +143,7 @@ def main() -> None:
             },
         )
         for rho in loads
-        for rule in (None, *rules)
+        for rule in cells_run
         for seed in seeds
     ]
     started_at = provenance()  # the code that runs, not what the tree holds when it ends
@@ -158,7 +166,7 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rho in loads:
-        for rule in (None, *rules):
+        for rule in cells_run:
             selected = [
                 r
                 for r in runs

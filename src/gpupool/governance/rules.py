@@ -76,14 +76,20 @@ class Limits(GovernanceSpec):
         quiet_history_factor: A pod that resumed after a quiet phase of ``q`` seconds gets an
             idle period of this times ``q`` when that is longer than the pool's (0: off). One
             quiet phase of that length was work, so the next one of about that length may be.
+        quiet_age_fraction: A pod that resumed from a quiet phase gets at least this times the
+            age of its share when its current quiet phase began (0: off). Its pauses grow as it
+            ages (an endpoint's traffic thins after its launch, a session slows), faster than
+            the longest one it came back from foretells: a service pausing 5 minutes an hour ago
+            may pause 25 now.
         quiet_history_cap: The learned idle period is at most this many times the pool's: a pod
-            cannot earn an unbounded hold by having paused once, and an abandoned pod that used
-            to pause is still given back (later).
+            cannot earn an unbounded hold by having paused once or by being old, and an
+            abandoned pod that used to pause is still given back (later).
     """
 
     memory_activity_mib: float = 256.0
     memory_busy_percent: float | None = 1.0
     quiet_history_factor: float = 2.0
+    quiet_age_fraction: float = 0.4
     quiet_history_cap: float = 3.0
 
     def __post_init__(self) -> None:
@@ -98,6 +104,7 @@ class Limits(GovernanceSpec):
             ("grace", self.grace),
             ("memoryActivityMiB", self.memory_activity_mib),
             ("quietHistoryFactor", self.quiet_history_factor),
+            ("quietAgeFraction", self.quiet_age_fraction),
         ):
             _check(math.isfinite(value) and value >= 0, name, f"must be >= 0, got {value}")
         cap = self.quiet_history_cap
@@ -242,19 +249,25 @@ def idle_since(
     return start
 
 
-def idle_period(usage: UsageHistory, limits: Limits) -> float:
+def idle_period(usage: UsageHistory, limits: Limits, quiet_age: float | None = None) -> float:
     """How long this pod may stay idle before it is warned: the pool's, or what it has shown.
 
-    A pod that came back from a quiet phase of ``q`` seconds gets
-    ``quiet_history_factor * q``, at most ``quiet_history_cap`` times the pool's idle period:
-    the same silence that was a checkpoint or a gap between requests last time is not taken
-    for abandonment this time, and the cap bounds what a pod that once paused can hold idle.
+    A pod that came back from a quiet phase of ``q`` seconds gets ``quiet_history_factor * q``,
+    and at least ``quiet_age_fraction`` times ``quiet_age`` (how long it had held its share
+    when its current quiet phase began; ``None``: unknown), at most ``quiet_history_cap`` times
+    the pool's idle period: the same silence that was a checkpoint or a gap between requests
+    last time is not taken for abandonment this time, nor is a longer one from a service whose
+    gaps grew as it aged, and the cap bounds what a pod that once paused can hold idle. A pod
+    that never resumed from a quiet phase gets the pool's period, however old it is: nothing
+    says its silence is a pause.
     """
     base = limits.idle_period
-    learned = min(
-        limits.quiet_history_factor * usage.longest_quiet, limits.quiet_history_cap * base
-    )
-    return max(base, learned)
+    if usage.longest_quiet <= 0:
+        return base
+    learned = limits.quiet_history_factor * usage.longest_quiet
+    if quiet_age is not None:
+        learned = max(learned, limits.quiet_age_fraction * quiet_age)
+    return max(base, min(learned, limits.quiet_history_cap * base))
 
 
 def _cleanup(pod: PodFacts, limits: CleanupLimits, now: float) -> Cleanup | None:
@@ -312,21 +325,28 @@ def _firing(pod: PodFacts, limits: Limits, now: float) -> tuple[Rule, dict[str, 
     if pod.pod_class and pod.pod_class in limits.exempt_classes:
         return None
     threshold = limits.idle_threshold_percent
-    if threshold is not None:
-        since = idle_since(pod.usage, pod.last_active, pod.allocated_at)
-        period = idle_period(pod.usage, limits)
-        last = pod.usage.last
-        if since is not None and last is not None and now - since >= period:
-            return Rule.IDLE, {
-                "idle_seconds": now - since,
-                "idle_period": period,
-                "longest_quiet_seconds": pod.usage.longest_quiet,
-                "threshold_percent": threshold * pod.compute_fraction,
-                "pool_threshold_percent": threshold,
-                "sm_percent": last.sm_percent,
-                "memory_busy_percent": last.memory_busy_percent,
-            }
-    return None
+    if threshold is None:
+        return None
+    since = idle_since(pod.usage, pod.last_active, pod.allocated_at)
+    last = pod.usage.last
+    if since is None or last is None:
+        return None
+    quiet_age = None if pod.allocated_at is None else since - pod.allocated_at
+    period = idle_period(pod.usage, limits, quiet_age)
+    if now - since < period:
+        return None
+    values = {
+        "idle_seconds": now - since,
+        "idle_period": period,
+        "longest_quiet_seconds": pod.usage.longest_quiet,
+        "threshold_percent": threshold * pod.compute_fraction,
+        "pool_threshold_percent": threshold,
+        "sm_percent": last.sm_percent,
+        "memory_busy_percent": last.memory_busy_percent,
+    }
+    if quiet_age is not None:
+        values["share_age_at_quiet_seconds"] = quiet_age
+    return Rule.IDLE, values
 
 
 def decide(pod: PodFacts, limits: Limits, cleanup: CleanupLimits, now: float) -> Decision | None:

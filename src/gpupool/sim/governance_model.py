@@ -72,17 +72,21 @@ class IdleRule:
     limits: Limits
 
 
+_NO_HISTORY = replace(SIM_LIMITS, quiet_history_factor=0.0, quiet_age_fraction=0.0)
+
 IDLE_RULES = {
-    "old": IdleRule(
-        "latest", replace(SIM_LIMITS, memory_busy_percent=None, quiet_history_factor=0.0)
-    ),
-    "memory": IdleRule("peak", replace(SIM_LIMITS, quiet_history_factor=0.0)),
+    "old": IdleRule("latest", replace(_NO_HISTORY, memory_busy_percent=None)),
+    "memory": IdleRule("peak", _NO_HISTORY),
+    "longest": IdleRule("peak", replace(SIM_LIMITS, quiet_age_fraction=0.0)),
     "history": IdleRule("peak", SIM_LIMITS),
 }
 """The idle rules compared: ``old`` is the rule and agent before memory busy and the quiet-phase
 history (the last sample's SM and memory held); ``memory`` adds the period's highest sample and
-memory busy; ``history`` (the default everywhere) adds the idle period learned from quiet phases
-the pod resumed from."""
+memory busy; ``longest`` adds the idle period learned from the longest quiet phase the pod
+resumed from; ``history`` (the default everywhere) also gives a pod that resumed at least a
+part of its age (:attr:`~gpupool.governance.rules.Limits.quiet_age_fraction`), since a bursty
+pod's pauses grow faster than its longest one foretells (issue 30: an endpoint whose gaps grew
+from 5 to 17 minutes between two of them was reclaimed under ``longest``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -249,6 +249,72 @@ def test_pod_that_resumed_after_a_long_pause_is_warned_later() -> None:
     assert warn.values["longest_quiet_seconds"] == 780
 
 
+@pytest.mark.parametrize(
+    ("longest", "quiet_age", "expected"),
+    [
+        (0, 7200, 600),  # never resumed: the pool's period, however old the pod
+        (120, None, 600),  # age unknown (no trusted start): the longest pause only
+        (120, 1000, 600),  # young: 0.4 x 1000 s is under the pool's period
+        (120, 2000, 800),  # 0.4 x its age when the quiet phase began
+        (500, 2000, 1000),  # twice the longest pause, when that is more
+        (120, 7200, 1800),  # capped at three times the pool's
+    ],
+)
+def test_idle_period_grows_with_the_age_of_a_pod_that_resumed(
+    longest: float, quiet_age: float | None, expected: float
+) -> None:
+    history = UsageHistory(UsagePoint(0, 50), None, True, longest)
+    assert idle_period(history, LIMITS, quiet_age) == expected
+    off = replace(LIMITS, quiet_age_fraction=0)
+    assert idle_period(history, off, quiet_age) == max(600, min(2 * longest, 1800))
+
+
+UNLIMITED = replace(LIMITS, max_share_duration=None)
+"""The pool's limits without a share-duration limit: long-lived pods, judged by the idle rule."""
+
+
+def _endpoint(gap_after: float, gap: float) -> tuple[UsagePoint, ...]:
+    """An inference endpoint: a 5-minute gap between its first bursts, busy until
+    ``gap_after``, then silent (0 % SM, its model resident, nothing moving) for ``gap``."""
+    points = [UsagePoint(0, 40, 1000), *_idle_usage(60, 300, sm=0)]
+    points += _idle_usage(360, gap_after, sm=40)
+    return (*points, *_idle_usage(gap_after + 60, gap_after + gap, sm=0))
+
+
+def test_an_endpoint_whose_gaps_grew_is_not_reclaimed_in_a_gap_longer_than_its_longest() -> None:
+    """Issue 30: gaps of 5 minutes after its launch, 20 minutes two hours later."""
+    pod = _pod(usage=_endpoint(7200, 1200))
+    assert pod.usage.longest_quiet == 300
+    assert decide(pod, UNLIMITED, CLEANUP, 7200 + 1200) is None
+    # the longest pause alone gives it 10 minutes: warned, then reclaimed, while it still serves
+    longest_only = replace(UNLIMITED, quiet_age_fraction=0)
+    assert isinstance(decide(pod, longest_only, CLEANUP, 7200 + 1200), Warn)
+    # the requests come back: nothing to clear, nothing was warned
+    back = _pod(usage=(*_endpoint(7200, 1200), UsagePoint(8460, 40, 1000)))
+    assert back.usage.longest_quiet == 8460 - 7260
+    assert decide(back, UNLIMITED, CLEANUP, 8460) is None
+
+
+def test_an_endpoint_silent_past_the_cap_is_reclaimed_after_the_grace() -> None:
+    """Its age buys it at most three times the pool's period: abandoned, it is given back."""
+    pod = _pod(usage=_endpoint(7200, 1860))
+    warn = decide(pod, UNLIMITED, CLEANUP, 7260 + 1800)
+    assert isinstance(warn, Warn)
+    assert warn.values["idle_period"] == 1800
+    assert warn.values["share_age_at_quiet_seconds"] == 7260
+    warned = replace(pod, warning=PodWarning(Rule.IDLE, 7260 + 1800))
+    assert isinstance(decide(warned, UNLIMITED, CLEANUP, 7260 + 1800 + 120), Reclaim)
+
+
+def test_an_old_pod_that_never_paused_is_warned_after_the_pools_period() -> None:
+    """Age alone says nothing: a job that worked two hours and stopped is idle after 10 min."""
+    pod = _pod(usage=(*_idle_usage(0, 7200, sm=80), *_idle_usage(7260, 7260 + 600, sm=0)))
+    assert pod.usage.longest_quiet == 0
+    warn = decide(pod, UNLIMITED, CLEANUP, 7260 + 600)
+    assert isinstance(warn, Warn)
+    assert warn.values["idle_period"] == 600
+
+
 def test_queue_limit_shortens_the_pool_limit() -> None:
     assert LIMITS.with_queue_limit(3600).max_share_duration == 3600
     assert LIMITS.with_queue_limit(99999).max_share_duration == 7200
@@ -264,6 +330,8 @@ def test_queue_limit_shortens_the_pool_limit() -> None:
         ({"memory_busy_percent": 0}, "memoryBusyPercent"),
         ({"memory_busy_percent": 101}, "memoryBusyPercent"),
         ({"quiet_history_factor": -1}, "quietHistoryFactor"),
+        ({"quiet_age_fraction": -0.1}, "quietAgeFraction"),
+        ({"quiet_age_fraction": float("nan")}, "quietAgeFraction"),
         ({"quiet_history_cap": 0.5}, "quietHistoryCap"),
     ],
 )
