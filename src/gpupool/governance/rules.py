@@ -45,6 +45,7 @@ from gpupool.governance.decisions import (
     Warn,
 )
 from gpupool.governance.errors import FieldValueError
+from gpupool.governance.idleness import idle_period, idle_since
 from gpupool.governance.usage import Activity, UsageHistory
 from gpupool.policy.spec import GovernanceSpec
 
@@ -226,48 +227,6 @@ class PodFacts:
     compute_fraction: float = 1.0
     warning: PodWarning | None = None
     deleting: bool = False
-
-
-def idle_since(
-    usage: UsageHistory, last_active: float | None = None, allocated_at: float | None = None
-) -> float | None:
-    """Since when a pod has been idle, or ``None`` if it is active now or nothing is known.
-
-    The idle run is the quiet run still going on (:attr:`UsageHistory.quiet_since`). When no
-    active sample is known (the controller restarted, history is short), the agent's
-    ``last_active`` (the last time SM was above zero, hence the last time the pod could have
-    been at or above any threshold > 0) may start the run earlier. A pod is never idle since
-    before its allocation.
-    """
-    start = usage.quiet_since
-    if start is None or usage.last is None:
-        return None
-    if not usage.active_seen and last_active is not None and usage.last.sm_percent == 0:
-        start = min(start, last_active)
-    if allocated_at is not None:
-        start = max(start, allocated_at)
-    return start
-
-
-def idle_period(usage: UsageHistory, limits: Limits, quiet_age: float | None = None) -> float:
-    """How long this pod may stay idle before it is warned: the pool's, or what it has shown.
-
-    A pod that came back from a quiet phase of ``q`` seconds gets ``quiet_history_factor * q``,
-    and at least ``quiet_age_fraction`` times ``quiet_age`` (how long it had held its share
-    when its current quiet phase began; ``None``: unknown), at most ``quiet_history_cap`` times
-    the pool's idle period: the same silence that was a checkpoint or a gap between requests
-    last time is not taken for abandonment this time, nor is a longer one from a service whose
-    gaps grew as it aged, and the cap bounds what a pod that once paused can hold idle. A pod
-    that never resumed from a quiet phase gets the pool's period, however old it is: nothing
-    says its silence is a pause.
-    """
-    base = limits.idle_period
-    if usage.longest_quiet <= 0:
-        return base
-    learned = limits.quiet_history_factor * usage.longest_quiet
-    if quiet_age is not None:
-        learned = max(learned, limits.quiet_age_fraction * quiet_age)
-    return max(base, min(learned, limits.quiet_history_cap * base))
 
 
 def _cleanup(pod: PodFacts, limits: CleanupLimits, now: float) -> Cleanup | None:

@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from gpupool.core.model import PodSpec
 from gpupool.governance.decisions import Action, Cleanup, ClearWarning, Decision, Reclaim, Warn
 from gpupool.governance.freshness import decide_on_fresh_usage, usage_is_stale
-from gpupool.governance.rules import CleanupLimits, Limits, PodFacts, PodWarning, idle_since
+from gpupool.governance.idleness import idle_since
+from gpupool.governance.rules import CleanupLimits, Limits, PodFacts, PodWarning
 from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.kube.governance.audit import Auditor
 from gpupool.kube.governance.facts import (
