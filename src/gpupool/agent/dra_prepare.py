@@ -31,6 +31,7 @@ from gpupool.agent.grants import (
     NO_OVERCOMMIT,
     Grant,
     HandoffRefusedError,
+    NodeRefusedError,
     Overcommit,
     check_capacity,
     gpu_capacities,
@@ -38,6 +39,7 @@ from gpupool.agent.grants import (
 from gpupool.agent.handoff import HandoffConfig, KeySource
 from gpupool.agent.isolation import host_checked_edits
 from gpupool.agent.nvml import GpuDevice
+from gpupool.agent.refusals import NodeRefusals
 from gpupool.kube.objects.dra import ResourceClaim
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,7 @@ class ClaimPreparer:
         inventory: Callable[[], tuple[GpuDevice, ...]],
         other_grants: Callable[[], Iterable[Grant]] = tuple,
         overcommit: Callable[[], Overcommit] = lambda: NO_OVERCOMMIT,
+        refusals: NodeRefusals | None = None,
     ) -> None:
         self.config = config
         self._claims = claims
@@ -78,6 +81,7 @@ class ClaimPreparer:
         self._inventory = inventory
         self._other_grants = other_grants
         self._overcommit = overcommit
+        self.refusals = refusals if refusals is not None else NodeRefusals()
         self._lock = asyncio.Lock()
         self.prepared: dict[str, ClaimGrant] = self._load()
         for orphan in spec_tokens(config.cdi_dir, CLAIM) - set(self.prepared):
@@ -123,8 +127,13 @@ class ClaimPreparer:
         if problem is not None:
             raise HandoffRefusedError(f"claim {claim.key}: {problem}; refusing it")
         others = [*self.prepared.values(), *self._other_grants()]
-        check_capacity(grant, others, gpu_capacities(inventory, self._overcommit()))
-        edits = host_checked_edits(grant, self.config.isolation)
+        try:
+            check_capacity(grant, others, gpu_capacities(inventory, self._overcommit()))
+            edits = host_checked_edits(grant, self.config.isolation)
+        except NodeRefusedError as refusal:
+            self.refusals.refused(grant, str(refusal))
+            raise
+        self.refusals.started(grant)
         mps.publish(self.config.isolation, [*others, grant], inventory)
         write_spec(self.config.cdi_dir, grant.claim_uid, edits, CLAIM)
         self.prepared[uid] = grant

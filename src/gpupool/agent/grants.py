@@ -33,6 +33,15 @@ class HandoffRefusedError(RuntimeError):
     """The agent will not start this container; the message says why (shown by the kubelet)."""
 
 
+class NodeRefusedError(HandoffRefusedError):
+    """A refusal for a reason of the node's own, not the pod's (a GPU full, a daemon missing).
+
+    The agent tells the scheduler (:mod:`gpupool.agent.refusals`), which keeps that kind of pod
+    off the node for a while; a refusal that is the pod's fault never does, so a tenant cannot
+    close nodes with bad pods.
+    """
+
+
 @dataclass(frozen=True, slots=True)
 class GpuGrant:
     """One GPU (or MIG instance) a container gets, with its caps.
@@ -151,7 +160,7 @@ def check_capacity(
     GPU, or more under a Shared pool's overcommit).
 
     Raises:
-        HandoffRefusedError: A GPU would be shared while exclusive, or over its compute or
+        NodeRefusedError: A GPU would be shared while exclusive, or over its compute or
             memory; the message names the owner and the GPU.
     """
     others = [other for other in others if other.owner_uid != wanted.owner_uid]
@@ -164,7 +173,7 @@ def check_capacity(
         if not holders:
             continue
         if gpu.exclusive or any(exclusive for _, _, exclusive in holders.values()):
-            raise HandoffRefusedError(
+            raise NodeRefusedError(
                 f"{wanted.owner}: GPU {gpu.uuid} is exclusive but already given to "
                 f"{len(holders)} other consumer(s)"
             )
@@ -172,7 +181,7 @@ def check_capacity(
         used = gpu.memory_mib + sum(b for _, b, _ in holders.values())
         limit = capacity.get(gpu.uuid, GpuCapacity(MILLI_PER_GPU, 0))
         if milli > limit.milli or used > limit.memory_mib:
-            raise HandoffRefusedError(
+            raise NodeRefusedError(
                 f"{wanted.owner}: GPU {gpu.uuid} would be oversubscribed "
                 f"(compute {milli}/{limit.milli} milli, memory {used}/{limit.memory_mib} MiB)"
             )

@@ -43,6 +43,7 @@ from gpupool.agent.grants import (
     ContainerGrant,
     Grant,
     HandoffRefusedError,
+    NodeRefusedError,
     Overcommit,
     check_capacity,
     gpu_capacities,
@@ -51,6 +52,7 @@ from gpupool.agent.grants import (
 from gpupool.agent.isolation import IsolationConfig, host_checked_edits
 from gpupool.agent.nvml import GpuDevice
 from gpupool.agent.podresources import HeldDevices, PodResourcesSource
+from gpupool.agent.refusals import NodeRefusals
 from gpupool.kube.objects.record_check import signature_problem
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.signing import RecordVerifier
@@ -161,10 +163,12 @@ class Handoff:
         clock: Callable[[], float] = time.time,
         other_grants: Callable[[], Iterable[Grant]] = tuple,
         overcommit: Callable[[], Overcommit] = lambda: NO_OVERCOMMIT,
+        refusals: NodeRefusals | None = None,
     ) -> None:
         self.config = config
         self._other_grants = other_grants
         self._overcommit = overcommit
+        self.refusals = refusals if refusals is not None else NodeRefusals(clock)
         self._pods = pods
         self._keys = keys
         self._report = report
@@ -272,8 +276,13 @@ class Handoff:
                 f"were given to pod UID {earlier.pod_uid}, but the pod of that name is now "
                 f"{grant.pod_uid} (deleted and re-created)"
             )
-        self._check_capacity(grant, token, live)
-        edits = host_checked_edits(grant, self.config.isolation)
+        try:
+            self._check_capacity(grant, token, live)
+            edits = host_checked_edits(grant, self.config.isolation)
+        except NodeRefusedError as refusal:
+            self.refusals.refused(grant, str(refusal))
+            raise
+        self.refusals.started(grant)
         mps.publish(self.config.isolation, [*self._all_grants(), grant], self._inventory())
         write_spec(self.config.cdi_dir, token, edits)
         log.info(

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpupool.agent.grants import GpuGrant, Grant, HandoffRefusedError
+from gpupool.agent.grants import GpuGrant, Grant, NodeRefusedError
 from gpupool.core.model import MILLI_PER_GPU
 
 MODES = ("mps", "hami", "visible")
@@ -181,7 +181,7 @@ def host_checked_edits(grant: Grant, config: IsolationConfig) -> ContainerEdits:
         and not Path(mount.host_path).exists()
     ]
     if missing:
-        raise HandoffRefusedError(
+        raise NodeRefusedError(
             f"{', '.join(missing)} missing on the node: the MPS control daemon is not running "
             "on this node (chart: agent.mpsControlDaemon); refusing the hand-off"
         )

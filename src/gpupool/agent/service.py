@@ -29,6 +29,7 @@ from gpupool.agent.keys import EventReporter, PublishedKey
 from gpupool.agent.nvml import Nvml
 from gpupool.agent.podresources import PodResourcesSource
 from gpupool.agent.pools import node_sharing
+from gpupool.agent.refusals import NodeRefusals
 from gpupool.agent.registration import PluginHost
 from gpupool.agent.telemetry import (
     AgentMetrics,
@@ -39,9 +40,10 @@ from gpupool.agent.telemetry import (
 )
 from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.kube.objects.dra import API_PREFIX, ResourceClaim
+from gpupool.kube.objects.handoff_refusals import encode as encode_refusals
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.usage_signal import encode_usage
-from gpupool.kube.objects.vocabulary import ANNOTATION_GPU_USAGE
+from gpupool.kube.objects.vocabulary import ANNOTATION_GPU_USAGE, ANNOTATION_HANDOFF_REFUSED
 from gpupool.policy.membership import GpuSharing
 from gpupool.retry import Backoff, retry
 
@@ -155,6 +157,7 @@ class Agent:
         self.api = api
         self.board = DeviceBoard()
         keys = PublishedKey(api, config.key_namespace, config.key_period)
+        self.refusals = NodeRefusals()
         self.handoff = Handoff(
             config.handoff,
             ApiPods(api),
@@ -164,6 +167,7 @@ class Agent:
             EventReporter(api, config.handoff.node).untrusted,
             other_grants=lambda: self.preparer.grants(),
             overcommit=self.overcommit,
+            refusals=self.refusals,
         )
         self.preparer = ClaimPreparer(
             config.handoff,
@@ -172,6 +176,7 @@ class Agent:
             nvml.devices,
             other_grants=self.handoff.grants,
             overcommit=self.overcommit,
+            refusals=self.refusals,
         )
         self.host = PluginHost(config.plugin_dir, self.board, self.handoff)
         self.slices = ResourceSlicePublisher(api, config.handoff.node)
@@ -220,7 +225,11 @@ class Agent:
                     raise
                 log.warning("pool lookup failed (%s); keeping %s", error, sharing)
         await self.board.update(advertised(devices, sharing.pods_per_gpu))
-        await self._publisher.publish(publication(devices, sharing.pods_per_gpu))
+        wanted = publication(devices, sharing.pods_per_gpu)
+        refused = {ANNOTATION_HANDOFF_REFUSED: encode_refusals(self.refusals.current())}
+        await self._publisher.publish(
+            replace(wanted, annotations={**wanted.annotations, **refused})
+        )
         if self.dra_host is not None:
             # read back now and then: the kubelet deletes the node's slices when it starts
             due = (

@@ -49,6 +49,7 @@ REASON_UNSCHEDULABLE = "node(s) were unschedulable"
 REASON_TAINTS = "node(s) had untolerated taint(s)"
 REASON_SELECTOR = "node(s) didn't match Pod's node affinity/selector"
 REASON_UNHEALTHY = "node(s) had room only on unhealthy GPUs"
+REASON_REFUSED = "node(s) refused a recent hand-off of this kind of request"
 MAX_CACHED_CONSTRAINTS = 1024
 """Distinct constraint sets whose masks a snapshot keeps (a stream of pods with unique selectors
 cannot grow the cache without limit)."""
@@ -214,6 +215,8 @@ def fits_on_node(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> bool:
     if not fits_neighbours(snapshot, pod, node):  # after a what-if's removals too
         return False
     kind = pod.kind
+    if kind in snapshot.refused and not snapshot.refused[kind][node]:
+        return False
     if kind is RequestKind.MIG:
         profiles = snapshot.mig_profiles
         return pod.mig_profile in profiles and bool(
@@ -266,6 +269,8 @@ def filter_nodes(
     """
     checks: list[NodeCheck] = [*extra_checks, *node_checks(snapshot, pod.constraints)]
     kind = pod.kind
+    if kind in snapshot.refused:
+        checks.append((REASON_REFUSED, snapshot.refused[kind]))
     if kind is RequestKind.WHOLE or kind is RequestKind.SHARE:
         model_ok = snapshot.model_mask(pod.gpu_models)
         checks.append((REASON_MODEL, model_ok))

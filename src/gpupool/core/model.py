@@ -142,6 +142,10 @@ class NodeSpec:
             no filter, GPU choice or preemption gives them out again.
         extra_resources: Allocatable amounts of every other resource (:data:`ExtraResources`);
             stored sorted, zero amounts dropped.
+        refused_kinds: Request kinds the node's agent refused to start lately for a reason of
+            the node's own (:data:`gpupool.kube.objects.vocabulary.ANNOTATION_HANDOFF_REFUSED`):
+            no new pod of such a kind is placed there, so a node that cannot honour what the
+            scheduler grants stops attracting the pods it would refuse.
     """
 
     name: str
@@ -157,6 +161,7 @@ class NodeSpec:
     ready: bool = True
     unschedulable: bool = False
     unhealthy_gpus: tuple[int, ...] = ()
+    refused_kinds: tuple[RequestKind, ...] = ()
     extra_resources: ExtraResources = ()
 
     def __post_init__(self) -> None:

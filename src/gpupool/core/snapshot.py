@@ -73,6 +73,18 @@ class Allocation:
     gpus: tuple[int, ...]
 
 
+def _refused_masks(nodes: Sequence[NodeSpec]) -> dict[RequestKind, BoolArray]:
+    """Per request kind some node's agent refuses lately, the nodes that still take it.
+
+    Empty when no node refuses anything (the common case: the filter then adds no check).
+    """
+    kinds = {kind for node in nodes for kind in node.refused_kinds}
+    return {
+        kind: np.array([kind not in node.refused_kinds for node in nodes], dtype=np.bool_)
+        for kind in kinds
+    }
+
+
 class ClusterSnapshot:
     """Mutable, array-backed state of a cluster for one scheduler.
 
@@ -111,6 +123,7 @@ class ClusterSnapshot:
             self.gpu_usable[row, list(node.unhealthy_gpus)] = False
         self.unhealthy_gpus: int = int(self.gpu_exists.sum() - self.gpu_usable.sum())
         """How many GPUs are unhealthy (0: the filter skips the unhealthy reason)."""
+        self.refused = _refused_masks(nodes)
         mem_per_gpu = np.array(
             [nd.gpu_memory_mib or UNKNOWN_GPU_MEMORY for nd in nodes], dtype=np.int64
         )

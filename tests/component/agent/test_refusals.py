@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from gpupool.core.model import RequestKind
 from gpupool.kube.objects.allocation import AllocationRecord, GpuShare, decode, encode
 from gpupool.kube.objects.vocabulary import ANNOTATION_ALLOCATION, RESOURCE_GPU
 
@@ -140,6 +141,26 @@ async def test_shares_start_up_to_the_pools_overcommit_and_no_further() -> None:
         over = share_pod("over", [(4, "GPU-node-a-4")], cores=30, memory_mib=1024)
         with pytest.raises(ContainerStartError, match=r"oversubscribed \(compute 2100/2000"):
             await node.run(over)
+
+
+async def test_a_node_refusal_is_remembered_by_kind_and_a_pods_fault_is_not() -> None:
+    """What the agent will tell the scheduler: the node's refusals, never a tenant's bad pod."""
+    async with agent_node("h100") as node:
+        await node.kubelet.wait_devices(RESOURCE_GPU, 32)
+        assert node.handoff is not None
+        forged = share_pod("forged", [(1, "GPU-node-a-1")], cores=20, memory_mib=4096)
+        forged["metadata"]["annotations"][ANNOTATION_ALLOCATION] = encode(
+            _forged([GpuShare(1, "GPU-node-a-1", 200, 40960)])
+        )
+        with pytest.raises(ContainerStartError):
+            await node.run(forged)
+        assert node.handoff.refusals.current() == {}
+        await node.run(share_pod("big", [(4, "GPU-node-a-4")], cores=70, memory_mib=40960))
+        with pytest.raises(ContainerStartError, match="oversubscribed"):
+            await node.run(share_pod("more", [(4, "GPU-node-a-4")], cores=50, memory_mib=1024))
+        assert set(node.handoff.refusals.current()) == {RequestKind.SHARE}
+        await node.run(share_pod("fits", [(5, "GPU-node-a-5")], cores=50, memory_mib=1024))
+        assert node.handoff.refusals.current() == {}  # a share started: the node takes shares
 
 
 async def test_an_exclusive_gpu_is_not_shared() -> None:

@@ -36,6 +36,7 @@ from gpupool.core.model import (
     NodeSpec,
     PodSpec,
 )
+from gpupool.kube.objects.handoff_refusals import decode as decode_refusals
 from gpupool.kube.objects.object_error import InvalidObjectError as InvalidObjectError
 from gpupool.kube.objects.object_error import at as _at
 from gpupool.kube.objects.object_error import requirements as _requirements
@@ -59,6 +60,7 @@ from gpupool.kube.objects.vocabulary import (
     ANNOTATION_ALLOWED_MODELS,
     ANNOTATION_GPU_UNHEALTHY,
     ANNOTATION_GPU_UUIDS,
+    ANNOTATION_HANDOFF_REFUSED,
     LABEL_CLASS,
     LABEL_GPU_MEMORY,
     LABEL_GPU_MODEL,
@@ -208,6 +210,9 @@ def node_spec(node: NodeRecord) -> NodeSpec:
         ready=node.ready,
         unschedulable=node.spec.unschedulable,
         unhealthy_gpus=unhealthy,
+        refused_kinds=decode_refusals(
+            owner, node.metadata.annotations.get(ANNOTATION_HANDOFF_REFUSED)
+        ),
         extra_resources=extras,
     )
 

@@ -44,6 +44,17 @@ FIELD_MANAGER = "gpupool-scheduler"
 
 ANNOTATION_GPU_UNHEALTHY = "gpupool.io/gpu-unhealthy"
 """Node annotation written by the node agent: UUIDs of GPUs broken by a critical XID."""
+ANNOTATION_HANDOFF_REFUSED = "gpupool.io/handoff-refused"
+"""Node annotation written by the node agent: the request kinds (``whole``, ``share``) whose last
+hand-off it refused for a reason of the node's own (a GPU it counts as full, a missing MPS
+daemon), as JSON ``{"share": "why"}``: the scheduler keeps that kind of pod off the node until
+the entry goes (a later hand-off of the kind succeeds, or the agent's retry time passes)."""
+SCHEDULED_NODE_ANNOTATIONS = (
+    ANNOTATION_GPU_UUIDS,
+    ANNOTATION_GPU_UNHEALTHY,
+    ANNOTATION_HANDOFF_REFUSED,
+)
+"""The node annotations placement reads: a change in one rebuilds the scheduler's snapshot."""
 ANNOTATION_GPU_USAGE = "gpupool.io/gpu-usage"
 """Node annotation written by the node agent: per-pod GPU usage, the idle-detection signal
 (its fields: :class:`gpupool.kube.objects.usage_signal.UsageSignal`; ``periodSeconds``, how

@@ -47,7 +47,7 @@ from gpupool.kube.objects.dra import ResourceClaim
 from gpupool.kube.objects.records import NodeRecord, PodRecord
 from gpupool.kube.objects.signing import RecordSigner
 from gpupool.kube.objects.translate import InvalidObjectError, gpu_uuids, node_spec, pod_spec
-from gpupool.kube.objects.vocabulary import ANNOTATION_GPU_UNHEALTHY, ANNOTATION_GPU_UUIDS
+from gpupool.kube.objects.vocabulary import SCHEDULED_NODE_ANNOTATIONS
 from gpupool.kube.scheduler.bound_pods import BoundPods
 from gpupool.kube.scheduler.claim_state import ClaimHolder
 from gpupool.kube.scheduler.claims import CLAIM_KEY, ClaimBind, ClaimBook, ClaimPlacement, claim_key
@@ -69,8 +69,7 @@ def _signature(node: NodeRecord) -> tuple[object, ...]:
     return (
         tuple(sorted(node.status.allocatable.items())),
         tuple(sorted(node.metadata.labels.items())),
-        node.metadata.annotations.get(ANNOTATION_GPU_UUIDS, ""),
-        node.metadata.annotations.get(ANNOTATION_GPU_UNHEALTHY, ""),
+        *(node.metadata.annotations.get(key, "") for key in SCHEDULED_NODE_ANNOTATIONS),
         tuple((t.key, t.value, t.effect) for t in node.spec.taints),
         node.spec.unschedulable,
         node.ready,
