@@ -25,7 +25,8 @@ from gpupool.core.model import PodSpec
 from gpupool.scheduling.policies.gpupool_default import GpupoolPolicy
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
-from gpupool.sim.dynamic import DynamicSettings, run_dynamic
+from gpupool.sim.dynamic import DynamicSettings, _DynamicRun, run_dynamic
+from gpupool.sim.pod_rules import GROUP_LABEL, PodRuleShares
 from gpupool.sim.policy_file import load_policy
 from gpupool.sim.protocol import seeded_run
 from gpupool.sim.replay import replay
@@ -136,6 +137,38 @@ def test_half_the_pods_asking_by_claim_change_no_decision(
     assert by_claim == by_resource
 
 
+def test_replica_groups_with_pod_rules_are_placed_as_their_rules_say(trace_dir: Path) -> None:
+    """A share of the GPU pods with anti-affinity or spread: no two anti-affine replicas of a
+    group share a node, and no spread group (maxSkew 1 over every node, most of which hold
+    none of it) puts two on one, whenever the run is stopped (here: at its end)."""
+    nodes = read_nodes(trace_dir / "openb_node_list_gpu_node.csv")
+    pods = read_pods(trace_dir / "openb_pod_list_default.csv")
+    rules = PodRuleShares(anti_affinity=0.2, spread=0.1)
+    settings = DynamicSettings(
+        rho=1.0, hours=1.5, seed=5, warmup_hours=0.5, scale=0.25, pod_rules=rules
+    )
+    run = _DynamicRun(nodes, pods, load_policy(None), settings)
+    run.simulate()
+    report = run.report(0.0)
+    gpu_arrivals = report["anti_affinity_pods"] + report["spread_pods"]
+    assert report["anti_affinity_pods"] > report["spread_pods"] > 0
+    assert gpu_arrivals < report["arrivals"]
+    groups: dict[tuple[str, str], list[str]] = {}
+    for allocation in run.snapshot.allocations.values():
+        pod = allocation.pod
+        if pod.terms is not None:
+            rule = "anti" if pod.terms.anti_affinity else "spread"
+            groups.setdefault((rule, dict(pod.labels)[GROUP_LABEL]), []).append(
+                run.snapshot.node_names[allocation.node]
+            )
+    anti = [hosts for (rule, _), hosts in groups.items() if rule == "anti"]
+    spread = [hosts for (rule, _), hosts in groups.items() if rule == "spread"]
+    assert anti
+    assert spread
+    assert all(len(hosts) == len(set(hosts)) for hosts in anti + spread)
+    assert sum(len(hosts) for hosts in anti) > len(anti)  # groups of several replicas ran
+
+
 def gpupool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gpupool", "sim", "dynamic", *args],
@@ -151,6 +184,10 @@ def gpupool(*args: str) -> subprocess.CompletedProcess[str]:
     [
         (["--load", "0"], "error: --load: out of range (0.0)"),
         (["--warmup", "9"], "error: --warmup: out of range (9.0)"),
+        (
+            ["--anti-affinity", "0.7", "--spread", "0.5"],
+            "error: --anti-affinity + --spread: must be at most 1",
+        ),
         (["--reservations", "0"], "error: --reservations: must be at least 1 (0)"),
         (
             ["--reserve-above-units", "-1"],

@@ -70,6 +70,20 @@ Claims = Annotated[
         "gpupool.io/gpu (0..1; the results must not change)."
     ),
 ]
+AntiAffinity = Annotated[
+    float,
+    typer.Option(
+        help="Share of the GPU pods in replica groups with required pod anti-affinity on "
+        "kubernetes.io/hostname (0..1)."
+    ),
+]
+Spread = Annotated[
+    float,
+    typer.Option(
+        help="Share of the GPU pods in replica groups spread over kubernetes.io/hostname "
+        "(DoNotSchedule, maxSkew 1; 0..1)."
+    ),
+]
 Governance = Annotated[
     bool,
     typer.Option(help="Apply the governance rules (with --idle-share/--overrun-share)."),
@@ -110,11 +124,14 @@ def sim_dynamic(
     governance: Governance = True,
     team_node_selector: TeamNodeSelector = None,
     claims: Claims = 0.0,
+    anti_affinity: AntiAffinity = 0.0,
+    spread: Spread = 0.0,
 ) -> None:
     """Poisson arrivals at --load, trace shapes, lognormal durations, pools and team queues."""
     from gpupool.policy.config import PolicyConfigError
     from gpupool.sim.dynamic import DynamicSettings, run_dynamic
     from gpupool.sim.governance_model import GovernanceModel
+    from gpupool.sim.pod_rules import PodRuleShares
     from gpupool.sim.policy_file import load_policy
     from gpupool.sim.trace import TraceFormatError, read_nodes, read_pods
 
@@ -145,6 +162,7 @@ def sim_dynamic(
             governance=model,
             team_constraints=team_selectors(team_node_selector or []),
             claims=claims,
+            pod_rules=PodRuleShares(anti_affinity, spread),
         )
     except ValueError as error:
         raise fail(_option_error(error)) from None
@@ -175,6 +193,8 @@ _OPTIONS = {
     "warmup_hours": "--warmup",
     "idle_share": "--idle-share",
     "overrun_share": "--overrun-share",
+    "anti_affinity": "--anti-affinity",
+    "anti_affinity + spread": "--anti-affinity + --spread",
     "team_node_selector": "--team-node-selector",
 }
 """Settings whose option has another name."""

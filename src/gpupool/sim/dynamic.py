@@ -45,6 +45,7 @@ from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.sim.cluster import CLAIM_KINDS, SimulatedCluster
 from gpupool.sim.dynamic_metrics import DynamicMetrics
 from gpupool.sim.governance_model import GovernanceModel, GovernanceSim
+from gpupool.sim.pod_rules import HOSTNAME, PodRuleShares, with_pod_rules
 from gpupool.sim.workload_process import Arrival, ArrivalProcess
 
 CYCLE_SECONDS = 20.0
@@ -71,6 +72,8 @@ class DynamicSettings:
         claims: Fraction of the GPU and share pods that ask by a DRA claim instead of the
             extended resource (chosen by a hash of the pod's name, so the same pods in every
             run); the results must not move (:mod:`gpupool.sim.cluster`).
+        pod_rules: Shares of the GPU pods that carry pod anti-affinity or topology spread
+            (:mod:`gpupool.sim.pod_rules`).
     """
 
     rho: float
@@ -83,6 +86,7 @@ class DynamicSettings:
     governance: GovernanceModel | None = None
     team_constraints: tuple[tuple[str, NodeConstraints], ...] = ()
     claims: float = 0.0
+    pod_rules: PodRuleShares = field(default_factory=PodRuleShares)
 
     def __post_init__(self) -> None:
         checks = (
@@ -121,7 +125,8 @@ def scaled_nodes(nodes: Sequence[NodeSpec], scale: float) -> list[NodeSpec]:
         if node.gpu_count >= 8:
             group = "shared" if big % SHARED_EVERY == SHARED_EVERY - 1 else "exclusive"
             big += 1
-        labels = {**node_labels(node), GROUP_LABEL: group}  # the model too, as the agent labels it
+        # the model too, as the agent labels it, and the hostname, as the kubelet does
+        labels = {**node_labels(node), GROUP_LABEL: group, HOSTNAME: node.name}
         labelled.append(replace(node, labels=tuple(sorted(labels.items()))))
     return labelled
 
@@ -151,6 +156,7 @@ class _DynamicRun(SimulatedCluster):
         start = settings.warmup_hours * 3600.0
         self.metrics = DynamicMetrics(self.policy, gpus * MILLI_UNITS, start, self.end)
         self.claims_asked = 0
+        self.ruled = {"anti_affinity": 0, "spread": 0}
         self.governance = None
         if settings.governance is not None:  # its own stream: the other draws stay as they were
             own_stream = np.random.SeedSequence(settings.seed).spawn(4)[3]
@@ -184,6 +190,10 @@ class _DynamicRun(SimulatedCluster):
         workload, hold = arrival.workload, arrival.duration
         if self.governance is not None:
             hold = self.governance.hold_time(workload.name, hold)
+        pod, rule = with_pod_rules(workload.pod, self.settings.pod_rules)
+        if rule:
+            workload = replace(workload, pod=pod)
+            self.ruled[rule] += 1
         self.metrics.pod_arrived(workload)
         self.arrive(workload, hold, self._asks_by_claim(workload.name, workload.pod.kind))
 
@@ -247,6 +257,10 @@ class _DynamicRun(SimulatedCluster):
             "seeds": [settings.seed],
             "claims": settings.claims,
             "claim_pods": self.claims_asked,
+            "anti_affinity": settings.pod_rules.anti_affinity,
+            "spread": settings.pod_rules.spread,
+            "anti_affinity_pods": self.ruled["anti_affinity"],
+            "spread_pods": self.ruled["spread"],
         }
         if self.governance is not None:
             allocated = self.metrics.allocated_gpu_hours()
