@@ -198,7 +198,9 @@ async def governance_on(
             },
         },
     )
-    await _apply(api, "gpuqueues", namespace, {"namespaces": [namespace], "maxShareDuration": "1h"})
+    # the queue lists the exempt class: an exemption holds only for a class the queue allows
+    queue = {"namespaces": [namespace], "maxShareDuration": "1h", "allowedClasses": ["serving"]}
+    await _apply(api, "gpuqueues", namespace, queue)
     engine = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'audit.db'}")
     writer = StoreWriter(engine, flush_interval=0.05)
     writer.start()
