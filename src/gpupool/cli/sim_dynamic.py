@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpupool.cli.options import fail
 from gpupool.core.constraints import NodeConstraints
 from gpupool.scheduling.decisions import engine_options
+
+if TYPE_CHECKING:
+    from gpupool.core.model import NodeSpec, PodSpec
+    from gpupool.policy.spec import PolicyConfig
 
 sim_app = typer.Typer(help="Simulations of the cluster under a workload.", no_args_is_help=True)
 
@@ -128,12 +132,9 @@ def sim_dynamic(
     spread: Spread = 0.0,
 ) -> None:
     """Poisson arrivals at --load, trace shapes, lognormal durations, pools and team queues."""
-    from gpupool.policy.config import PolicyConfigError
     from gpupool.sim.dynamic import DynamicSettings, run_dynamic
     from gpupool.sim.governance_model import GovernanceModel
     from gpupool.sim.pod_rules import PodRuleShares
-    from gpupool.sim.policy_file import load_policy
-    from gpupool.sim.trace import TraceFormatError, read_nodes, read_pods
 
     for option, path in (("--nodes", nodes), ("--pods", pods), ("--config", config)):
         if path is not None and not path.is_file():
@@ -166,13 +167,23 @@ def sim_dynamic(
         )
     except ValueError as error:
         raise fail(_option_error(error)) from None
+    report = run_dynamic(*_inputs(nodes, pods, config), settings)
+    _write(report, json_out, plot)
+
+
+def _inputs(
+    nodes: Path, pods: Path, config: Path | None
+) -> tuple[tuple[NodeSpec, ...], tuple[PodSpec, ...], PolicyConfig]:
+    """The trace's nodes and pod shapes and the pools and queues; a bad file is named."""
+    from gpupool.policy.config import PolicyConfigError
+    from gpupool.sim.policy_file import load_policy
+    from gpupool.sim.trace import TraceFormatError, read_nodes, read_pods
+
     try:
         pools_and_queues = load_policy(config)
-        node_specs, pod_specs = read_nodes(nodes), read_pods(pods)
+        return read_nodes(nodes), read_pods(pods), pools_and_queues
     except (PolicyConfigError, TraceFormatError) as error:
         raise fail(str(error)) from None
-    report = run_dynamic(node_specs, pod_specs, pools_and_queues, settings)
-    _write(report, json_out, plot)
 
 
 def _check_policy(policy: str) -> None:
