@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from gpupool.kube.objects.volumes import PersistentVolume, PersistentVolumeClaim, matches
+from gpupool.kube.objects.volumes import CSINode, PersistentVolume, PersistentVolumeClaim, matches
 
 from .volume_builders import claim, local_volume
 
@@ -75,3 +75,11 @@ def test_a_volume_matches_a_claim_as_kube_decides(
     volume: PersistentVolume, wanted: PersistentVolumeClaim, fits: bool
 ) -> None:
     assert matches(volume, wanted) is fits
+
+
+def test_a_csinode_a_real_kubelet_writes_before_any_driver_registers_is_read() -> None:
+    """The kubelet creates its CSINode with ``drivers: null``; refusing it stalled the CSINode
+    informer, and with it the leader's first cycle (found by the real-kubelet test)."""
+    raw = {"metadata": {"name": "n1"}, "spec": {"drivers": None}}
+    node = msgspec.convert(raw, CSINode)
+    assert node.limits == {}

@@ -244,9 +244,13 @@ class CSINodeDriver(msgspec.Struct, frozen=True):
 
 
 class CSINodeSpec(msgspec.Struct, frozen=True):
-    """The drivers of a node."""
+    """The drivers of a node.
 
-    drivers: tuple[CSINodeDriver, ...] = ()
+    ``null`` on a node with none: the API field has no omitempty, and a real kubelet writes its
+    CSINode so before any driver registers.
+    """
+
+    drivers: tuple[CSINodeDriver, ...] | None = None
 
 
 class CSINode(KubeObject, frozen=True):
@@ -264,7 +268,7 @@ class CSINode(KubeObject, frozen=True):
         """Attachable volumes per driver, for the drivers that say."""
         return {
             d.name: d.allocatable.count
-            for d in self.spec.drivers
+            for d in self.spec.drivers or ()
             if d.allocatable is not None and d.allocatable.count is not None
         }
 
