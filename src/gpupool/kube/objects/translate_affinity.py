@@ -33,9 +33,9 @@ from gpupool.core.pod_terms import (
     PodTerms,
     SpreadConstraint,
 )
-from gpupool.kube.objects.object_error import InvalidObjectError, at, requirements
+from gpupool.kube.objects.label_selector import label_selector
+from gpupool.kube.objects.object_error import InvalidObjectError, at
 from gpupool.kube.objects.records import (
-    LabelSelectorRecord,
     PodAffinityRecord,
     PodAffinityTermRecord,
     PodRecord,
@@ -94,7 +94,7 @@ def _terms(
 
 def _term(pod: PodRecord, path: str, record: PodAffinityTermRecord, weight: int) -> AffinityTerm:
     owner, labels = f"pod {pod.key}", pod.metadata.labels
-    selector = _selector(owner, f"{path}.labelSelector", record.label_selector)
+    selector = label_selector(owner, f"{path}.labelSelector", record.label_selector)
     if selector is not None:
         selector = _merged(selector, labels, record.match_label_keys, "In")
         selector = _merged(selector, labels, record.mismatch_label_keys, "NotIn")
@@ -116,16 +116,6 @@ def _term(pod: PodRecord, path: str, record: PodAffinityTermRecord, weight: int)
         raise at(owner, path, error) from None
 
 
-def _selector(owner: str, path: str, record: LabelSelectorRecord | None) -> LabelSelector | None:
-    if record is None:
-        return None
-    expressions = requirements(owner, f"{path}.matchExpressions", record.match_expressions)
-    try:
-        return LabelSelector(tuple(sorted(record.match_labels.items())), expressions)
-    except InvalidSpecError as error:
-        raise at(owner, path, error) from None
-
-
 def _merged(
     selector: LabelSelector, labels: Mapping[str, str], keys: tuple[str, ...], operator: str
 ) -> LabelSelector:
@@ -138,7 +128,7 @@ def _merged(
 
 def _spread(pod: PodRecord, path: str, record: TopologySpreadConstraintRecord) -> SpreadConstraint:
     owner = f"pod {pod.key}"
-    selector = _selector(owner, f"{path}.labelSelector", record.label_selector)
+    selector = label_selector(owner, f"{path}.labelSelector", record.label_selector)
     if selector is not None:
         selector = _merged(selector, pod.metadata.labels, record.match_label_keys, "In")
     try:

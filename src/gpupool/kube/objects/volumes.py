@@ -25,10 +25,16 @@ from fractions import Fraction
 
 import msgspec
 
-from gpupool.core.constraints import Requirement
-from gpupool.core.model import InvalidSpecError
+from gpupool.core.pod_terms import selects
+from gpupool.kube.objects.label_selector import usable_selector
 from gpupool.kube.objects.quantity import QuantityError, parse_quantity
-from gpupool.kube.objects.records import KubeObject, NodeSelector, ObjectMeta, PodRecord
+from gpupool.kube.objects.records import (
+    KubeObject,
+    LabelSelectorRecord,
+    NodeSelector,
+    ObjectMeta,
+    PodRecord,
+)
 
 PVC_PATH = "/api/v1/persistentvolumeclaims"
 PV_PATH = "/api/v1/persistentvolumes"
@@ -62,21 +68,6 @@ class ClaimMeta(ObjectMeta, frozen=True, rename="camel"):
     owner_references: tuple[OwnerReference, ...] = ()
 
 
-class LabelSelectorRequirement(msgspec.Struct, frozen=True):
-    """One expression of a label selector."""
-
-    key: str = ""
-    operator: str = ""
-    values: tuple[str, ...] = ()
-
-
-class LabelSelector(msgspec.Struct, frozen=True, rename="camel"):
-    """A claim's ``spec.selector``: labels its volume must carry."""
-
-    match_labels: dict[str, str] = {}
-    match_expressions: tuple[LabelSelectorRequirement, ...] = ()
-
-
 class ClaimResources(msgspec.Struct, frozen=True):
     """A claim's requested storage."""
 
@@ -87,7 +78,7 @@ class ClaimSpec(msgspec.Struct, frozen=True, rename="camel"):
     """The claim spec fields scheduling reads."""
 
     access_modes: tuple[str, ...] = ()
-    selector: LabelSelector | None = None
+    selector: LabelSelectorRecord | None = None
     resources: ClaimResources = ClaimResources()
     volume_name: str = ""
     storage_class_name: str | None = None
@@ -317,19 +308,9 @@ def volume_storage(volume: PersistentVolume) -> Fraction:
     return _storage(volume.spec.capacity.get(STORAGE))
 
 
-def _selector_holds(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
-    if selector is None:
-        return True
-    if any(labels.get(key) != value for key, value in selector.match_labels.items()):
-        return False
-    for item in selector.match_expressions:
-        try:
-            requirement = Requirement(item.key, item.operator, item.values)
-        except InvalidSpecError:
-            return False  # the API server refuses such a selector; match nothing
-        if requirement.operator in ("Gt", "Lt") or not requirement.holds(labels.get(item.key)):
-            return False
-    return True
+def _selector_holds(selector: LabelSelectorRecord | None, labels: Mapping[str, str]) -> bool:
+    """A claim's ``spec.selector`` (none: any volume; one the API server refuses: no volume)."""
+    return selector is None or selects(usable_selector(selector), labels)
 
 
 def matches(volume: PersistentVolume, claim: PersistentVolumeClaim) -> bool:

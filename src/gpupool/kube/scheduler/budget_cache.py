@@ -19,9 +19,10 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
+from gpupool.core.pod_terms import LabelSelector, selects
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.client.informer import DELETED, Informer
-from gpupool.kube.objects.disruption_budget import PATH, DisruptionBudgetRecord, Selector
+from gpupool.kube.objects.disruption_budget import PATH, DisruptionBudgetRecord, budget_selector
 from gpupool.kube.objects.records import PodRecord
 from gpupool.scheduling.disruption import DisruptionBudgets
 
@@ -42,7 +43,7 @@ class BudgetCache:
         self.changed = changed
         self.informer = Informer(api, PATH, DisruptionBudgetRecord, self._on_budget)
         self.allowed: dict[str, int] = {}
-        self.selectors: dict[str, Selector] = {}
+        self.selectors: dict[str, LabelSelector | None] = {}
         self.by_namespace: defaultdict[str, set[str]] = defaultdict(set)
         self.covering: dict[str, tuple[str, ...]] = {}
 
@@ -65,7 +66,7 @@ class BudgetCache:
     def _cover(self, pod: PodRecord) -> None:
         meta = pod.metadata
         keys = self.by_namespace.get(meta.namespace, ())
-        found = tuple(sorted(k for k in keys if self.selectors[k].matches(meta.labels)))
+        found = tuple(sorted(k for k in keys if selects(self.selectors[k], meta.labels)))
         if found:
             self.covering[meta.uid] = found
         else:
@@ -82,7 +83,7 @@ class BudgetCache:
                 del self.by_namespace[namespace]
         else:
             self.allowed[key] = budget.status.disruptions_allowed
-            self.selectors[key] = Selector.of(budget.spec.selector)
+            self.selectors[key] = budget_selector(budget.spec.selector)
             self.by_namespace[namespace].add(key)
         if self.selectors.get(key) != before:
             for pod in self.pods.values():
