@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.client.informer import Informer
+from gpupool.kube.client.informer_group import InformerGroup
 from gpupool.kube.objects.dra import (
     API_PREFIX,
     CLASSES_PATH,
@@ -32,14 +33,13 @@ from gpupool.kube.scheduler import claim_writes
 from gpupool.kube.scheduler.claims import gpupool_results
 from gpupool.kube.scheduler.state import ClusterState
 
-Record = TypeVar("Record")
 CLAIM_WATCHES = 4
 """Watches the DRA informers hold open (claims, templates, classes, slices): connections."""
 CLAIMS_PATH = f"{API_PREFIX}/resourceclaims"
 TEMPLATES_PATH = f"{API_PREFIX}/resourceclaimtemplates"
 
 
-class ClaimInformers:
+class ClaimInformers(InformerGroup):
     """The DRA informers of one replica.
 
     Args:
@@ -51,7 +51,7 @@ class ClaimInformers:
     def __init__(self, api: KubeAPI, state: ClusterState, changed: Callable[[], None]) -> None:
         self.api = api
         self.state = state
-        self.changed = changed
+        super().__init__(changed)
         book = state.claims
         self.claims = Informer(api, CLAIMS_PATH, ResourceClaim, self._on_claim)
         self.templates = Informer(
@@ -61,34 +61,15 @@ class ClaimInformers:
         self.slices = Informer(api, SLICES_PATH, ResourceSlice, self._wrap(book.on_slice))
         self.releasing: dict[str, asyncio.Task[None]] = {}
 
-    def _all(self) -> tuple[Informer[Any], ...]:
+    def informers(self) -> tuple[Informer[Any], ...]:
+        """The DRA informers."""
         informers = (self.claims, self.templates, self.classes, self.slices)
         assert len(informers) == CLAIM_WATCHES
         return informers
 
-    def _wrap(self, handler: Callable[[str, Record], None]) -> Callable[[str, Record], None]:
-        def handle(kind: str, record: Record) -> None:
-            handler(kind, record)
-            self.changed()
-
-        return handle
-
     def _on_claim(self, kind: str, claim: ResourceClaim) -> None:
         self.state.on_claim(kind, claim)
         self.changed()
-
-    @property
-    def synced(self) -> bool:
-        """Whether every DRA informer has completed its first list."""
-        return all(informer.synced.is_set() for informer in self._all())
-
-    async def run(self) -> None:
-        """List and watch until cancelled."""
-        await asyncio.gather(*(informer.run() for informer in self._all()))
-
-    async def resync(self) -> None:
-        """Relist all four (a new term as leader)."""
-        await asyncio.gather(*(informer.resync() for informer in self._all()))
 
     def cancel_all(self) -> None:
         """Stop releases in flight (leadership lost)."""

@@ -8,12 +8,12 @@ claim is bound, as kube-scheduler's VolumeBinding queueing hints do.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.client.informer import Informer
+from gpupool.kube.client.informer_group import InformerGroup
 from gpupool.kube.objects.volumes import (
     ATTACHMENTS_PATH,
     CSI_NODES_PATH,
@@ -28,12 +28,11 @@ from gpupool.kube.objects.volumes import (
 )
 from gpupool.kube.scheduler.volume_binding import VolumeBook
 
-Record = TypeVar("Record")
 VOLUME_WATCHES = 5
 """Watches the storage informers hold open (claims, volumes, classes, CSINodes, attachments)."""
 
 
-class VolumeInformers:
+class VolumeInformers(InformerGroup):
     """The storage informers of one replica.
 
     Args:
@@ -43,7 +42,7 @@ class VolumeInformers:
     """
 
     def __init__(self, api: KubeAPI, book: VolumeBook, changed: Callable[[], None]) -> None:
-        self.changed = changed
+        super().__init__(changed)
         self.claims = Informer(api, PVC_PATH, PersistentVolumeClaim, self._wrap(book.on_claim))
         self.volumes = Informer(api, PV_PATH, PersistentVolume, self._wrap(book.on_volume))
         self.classes = Informer(api, STORAGE_CLASSES_PATH, StorageClass, self._wrap(book.on_class))
@@ -52,27 +51,8 @@ class VolumeInformers:
             api, ATTACHMENTS_PATH, VolumeAttachment, self._wrap(book.on_attachment)
         )
 
-    def _all(self) -> tuple[Informer[Any], ...]:
+    def informers(self) -> tuple[Informer[Any], ...]:
+        """The storage informers."""
         informers = (self.claims, self.volumes, self.classes, self.csi_nodes, self.attachments)
         assert len(informers) == VOLUME_WATCHES
         return informers
-
-    def _wrap(self, handler: Callable[[str, Record], None]) -> Callable[[str, Record], None]:
-        def handle(kind: str, record: Record) -> None:
-            handler(kind, record)
-            self.changed()
-
-        return handle
-
-    @property
-    def synced(self) -> bool:
-        """Whether every storage informer has completed its first list."""
-        return all(informer.synced.is_set() for informer in self._all())
-
-    async def run(self) -> None:
-        """List and watch until cancelled."""
-        await asyncio.gather(*(informer.run() for informer in self._all()))
-
-    async def resync(self) -> None:
-        """Relist them all (a new term as leader)."""
-        await asyncio.gather(*(informer.resync() for informer in self._all()))
