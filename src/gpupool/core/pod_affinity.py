@@ -18,11 +18,13 @@ so a removal is seen at once.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from gpupool.core.model import PodSpec
-from gpupool.core.pod_terms import AffinityTerm, Labels
-from gpupool.core.snapshot import BoolArray, ClusterSnapshot, IntArray
+from gpupool.core.pod_terms import AffinityTerm, Labels, PodTerms
+from gpupool.core.snapshot import Allocation, BoolArray, ClusterSnapshot, IntArray
 from gpupool.core.topology import (
     MISSING,
     domains,
@@ -113,15 +115,22 @@ def _anti_affinity(
     return ok
 
 
+def _neighbours_with_terms(
+    snapshot: ClusterSnapshot, pod: PodSpec
+) -> Iterator[tuple[Allocation, PodTerms]]:
+    """The bound pods (not ``pod`` itself) that carry pod terms, with their terms."""
+    for name in snapshot.pods_with_terms:
+        allocation = snapshot.allocations[name]
+        terms = allocation.pod.terms
+        if terms is not None and name != pod.name:
+            yield allocation, terms
+
+
 def _existing_anti_affinity(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray | None:
     """Nodes in no domain of a running pod whose required anti-affinity matches ``pod``."""
     labels = label_map(pod.labels)
     banned: dict[str, set[int]] = {}
-    for name in snapshot.pods_with_terms:
-        allocation = snapshot.allocations[name]
-        terms = allocation.pod.terms
-        if terms is None or name == pod.name:
-            continue
+    for allocation, terms in _neighbours_with_terms(snapshot, pod):
         for term in terms.anti_affinity:
             if term.matches(pod.namespace, labels):
                 domain = int(domains(snapshot, term.topology_key)[0][allocation.node])
@@ -176,11 +185,7 @@ def affinity_score(snapshot: ClusterSnapshot, pod: PodSpec, rows: IntArray) -> I
             for term, sign in own_terms:
                 if term.matches(namespace, mapping):
                     add(term, where, sign * term.weight)
-    for name in snapshot.pods_with_terms:
-        allocation = snapshot.allocations[name]
-        theirs = allocation.pod.terms
-        if theirs is None or name == pod.name:
-            continue
+    for allocation, theirs in _neighbours_with_terms(snapshot, pod):
         for term in theirs.affinity:
             if term.matches(pod.namespace, labels):
                 add(term, [allocation.node], HARD_AFFINITY_WEIGHT)
