@@ -26,6 +26,7 @@ from benchlib.sim_options import Sweep, add_sweep_options
 from gpupool.scheduling.decisions import EASY, EngineOptions
 from gpupool.sim.dynamic import DynamicSettings, run_dynamic
 from gpupool.sim.machine import machine_description
+from gpupool.sim.pod_rules import PodRuleShares
 from gpupool.sim.policy_file import load_policy
 from gpupool.sim.provenance import provenance
 from gpupool.sim.trace import read_nodes, read_pods
@@ -65,6 +66,7 @@ OVERRIDES = {
 def _run(job: tuple[Path, Path, str, dict[str, Any]]) -> dict[str, Any]:
     nodes_path, pods_path, variant, settings = job
     options = EngineOptions(**settings.pop("engine"))
+    settings["pod_rules"] = PodRuleShares(**settings["pod_rules"])
     report = run_dynamic(
         read_nodes(nodes_path),
         read_pods(pods_path),
@@ -158,7 +160,23 @@ def main() -> None:
         default=None,
         help="Quantile of a pod's runtime that must end before a reserved start (default: mean).",
     )
+    parser.add_argument(
+        "--anti-affinity",
+        type=float,
+        default=0.0,
+        help="Share of the GPU pods with required pod anti-affinity (gpupool.sim.pod_rules).",
+    )
+    parser.add_argument(
+        "--spread",
+        type=float,
+        default=0.0,
+        help="Share of the GPU pods with a DoNotSchedule topology spread (gpupool.sim.pod_rules).",
+    )
     args = parser.parse_args()
+    try:
+        rules = PodRuleShares(args.anti_affinity, args.spread)
+    except ValueError as error:
+        parser.error(str(error))
     unknown = set(args.variants.split(",")) - set(VARIANTS)
     if unknown:
         parser.error(f"--variants: unknown {', '.join(sorted(unknown))}")
@@ -186,6 +204,7 @@ def main() -> None:
                 "warmup_hours": args.warmup,
                 "seed": seed,
                 "engine": flags,
+                "pod_rules": asdict(rules),
             },
         )
         for rho in loads
@@ -209,6 +228,7 @@ def main() -> None:
             "hours": args.hours,
             "warmup_hours": args.warmup,
             "variants": variants,
+            "pod_rules": asdict(rules),
             "complete": len(runs) == len(jobs),
             "cells": cells,
             "runs": runs,
