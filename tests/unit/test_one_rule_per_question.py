@@ -15,7 +15,9 @@ webhook's facts cache and review. Each must answer the same:
   in no GPUPool, none on a contested node);
 * how much compute and memory one GPU may hand out: the scheduler packs a Shared pool's
   overcommitted GPU to the capacity the agent lets shares start on (the agent refused every
-  hand-off past the physical GPU, so pods the scheduler placed never started).
+  hand-off past the physical GPU, so pods the scheduler placed never started);
+* which kinds of pod a node refuses: what the agent publishes after a refusal is what the
+  scheduler reads (the agent's own refresh, the scheduler's own node translation).
 """
 
 from __future__ import annotations
@@ -30,14 +32,16 @@ import msgspec
 import pytest
 
 from gpupool.agent.fakenvml import FakeNvml
-from gpupool.agent.grants import GpuCapacity, gpu_capacities
+from gpupool.agent.grants import ContainerGrant, GpuCapacity, GpuGrant, gpu_capacities
 from gpupool.agent.handoff import HandoffConfig
 from gpupool.agent.service import Agent, AgentConfig
+from gpupool.core.model import RequestKind
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.client.informer import ADDED
 from gpupool.kube.governance.facts import read_settings
 from gpupool.kube.objects import allocation
 from gpupool.kube.objects.records import NodeRecord, PodRecord, PolicyObjectRecord
+from gpupool.kube.objects.translate import node_spec
 from gpupool.kube.objects.vocabulary import RESOURCE_GPU
 from gpupool.kube.scheduler.live import LiveConfig, LiveScheduler
 from gpupool.policy.spec import DEFAULT_MAX_PODS_PER_GPU
@@ -279,3 +283,39 @@ async def test_how_much_of_a_gpu_may_be_handed_out(
         assert by_agent == by_scheduler, name
     overcommitted = gpu_capacities(FakeNvml.preset("h100", "s0").devices(), OVERCOMMIT["s0"])
     assert {c.milli for c in overcommitted.values()} == {2000}
+
+
+class RecordingServer(ApiServer):
+    """Also keeps the agent's Node patches (what it publishes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.node_patches: list[Json] = []
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method == "PATCH" and request.url.path.startswith("/api/v1/nodes/"):
+            self.node_patches.append(json.loads(request.content))
+        return super().__call__(request)
+
+
+async def test_which_kinds_a_node_refuses(tmp_path: Path) -> None:
+    """What the agent publishes after refusing a share is what keeps the scheduler's shares
+    (and only shares) off the node."""
+    server = RecordingServer()
+    api = _api(server)
+    handoff = HandoffConfig("s0", tmp_path / "cdi", tmp_path / "state")
+    agent = Agent(AgentConfig(handoff), FakeNvml.preset("h100", "s0"), api, kubelet=None)  # type: ignore[arg-type]
+    share = ContainerGrant("u", "ns", "p", "main", (GpuGrant("GPU-s0-1", 1, 300, 4096, False),))
+    agent.refusals.refused(share, "GPU GPU-s0-1 would be oversubscribed")
+    await agent.refresh_inventory()
+    await api.close()
+    node = _node("s0")
+    annotations = node["metadata"].setdefault("annotations", {})
+    for patch in server.node_patches:  # merge patches: null removes a key
+        for key, value in patch["metadata"]["annotations"].items():
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+    spec = node_spec(msgspec.convert(node, NodeRecord))
+    assert spec.refused_kinds == (RequestKind.SHARE,)
