@@ -339,10 +339,8 @@ async def test_an_agent_token_changes_only_its_own_node(
         stored = await api.get(f"/api/v1/nodes/{node_a}")
         assert stored["metadata"]["labels"]["gpupool.io/gpu-model"] == "H100"
         assert stored["metadata"]["annotations"]["gpupool.io/gpu-uuids"] == "GPU-a,GPU-b"
-        await agent.patch(
-            f"/api/v1/nodes/{node_a}",
-            {"metadata": {"annotations": {"gpupool.io/gpu-usage": "probe"}}},
-        )
+        owned = {"gpupool.io/gpu-usage": "probe", "gpupool.io/handoff-refused": '{"share": "x"}'}
+        await agent.patch(f"/api/v1/nodes/{node_a}", {"metadata": {"annotations": owned}})
         # ...but nothing else of it: a label (it could select the node into a pool), a taint,
         # the cordon, another resource's allocatable, a condition
         await wait_for(
