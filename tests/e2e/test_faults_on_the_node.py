@@ -4,9 +4,10 @@ The chart is installed as in :mod:`test_shares_on_the_node` (HAMi isolation, no 
 the agent's hand-off collection at 60 s instead of 300 (``agent.collectAfterSeconds``) so that
 "nothing leaks" is seen within the test, and still far longer than a restarted kubelet takes to
 list its pods again. Containerd, the kubelet and the agent are restarted in turn, as an operator
-or a crash would: containerd and the kubelet as processes of the node, the agent by deleting its
-pod (its DaemonSet makes a new one). Tenants' containers print what they see of their GPUs every
-two seconds, so their view after each fault is read from their log, as ``kubectl logs`` would.
+or a crash would: containerd stopped (SIGTERM) and then killed (SIGKILL), the kubelet killed, as
+processes of the node, and the agent by deleting its pod (its DaemonSet makes a new one).
+Tenants' containers print what they see of their GPUs every two seconds, so their view after each
+fault is read from their log, as ``kubectl logs`` would.
 
 Leader election needs a second replica, but with ``hostNetwork`` on one node a second pod of the
 chart's Deployment would bind the first one's port; the standby is the chart's own Deployment
@@ -161,7 +162,15 @@ async def expect_exactly_its_gpus(
 
 
 async def restart_containerd(cluster: Cluster, api: KubeAPI) -> None:
-    cluster.node.containerd.stop()  # SIGTERM: the containers run on under their shims
+    """Stop containerd as its service manager would (SIGTERM) and start it again."""
+    cluster.node.containerd.stop()  # the containers run on under their shims
+    cluster.node.start_containerd()
+    await cluster.node.wait_ready()
+
+
+async def crash_containerd(cluster: Cluster, api: KubeAPI) -> None:
+    """SIGKILL containerd (no cleanup, stale sockets) and start it again over its state."""
+    cluster.node.containerd.kill()
     cluster.node.start_containerd()
     await cluster.node.wait_ready()
 
@@ -172,14 +181,15 @@ async def _ready_condition(api: KubeAPI, node: str) -> dict[str, str]:
     return dict(ready)
 
 
-async def restart_kubelet(cluster: Cluster, api: KubeAPI) -> None:
-    """Restart the kubelet; wait until the new one posted the Node's status.
+async def crash_kubelet(cluster: Cluster, api: KubeAPI) -> None:
+    """SIGKILL the kubelet and start it again; wait until the new one posted the Node's status.
 
+    (SIGTERM would add nothing: without graceful node shutdown the kubelet just exits on it.)
     A restarted kubelet forgets every device plugin until it registers again (its first
     status may count no GPU), so the caller then waits for the devices to be back too.
     """
     before = (await _ready_condition(api, cluster.node.name))["lastHeartbeatTime"]
-    cluster.node.kubelet.stop()
+    cluster.node.kubelet.kill()
     cluster.node.start_kubelet()
 
     async def posted_again() -> bool:
@@ -203,8 +213,9 @@ async def restart_agent(cluster: Cluster, api: KubeAPI) -> None:
 
 Fault = Callable[[Cluster, KubeAPI], Awaitable[None]]
 FAULTS: dict[str, Fault] = {
-    "containerd": restart_containerd,
-    "kubelet": restart_kubelet,
+    "containerd stopped": restart_containerd,
+    "containerd killed": crash_containerd,
+    "kubelet killed": crash_kubelet,
     "agent": restart_agent,
 }
 
@@ -258,7 +269,9 @@ async def test_running_pods_keep_their_gpus_through_restarts_and_nothing_leaks(
             kept = handoff_tokens(cluster)
             assert all(kept.get(token, {}).get("grant") for token in tokens), (fault, kept)
             assert all(spec_path(cluster.node.cdi_dir, token).exists() for token in tokens)
-            seen = await admits_a_new_share(cluster, tenant, namespace, f"after-{fault}")
+            seen = await admits_a_new_share(
+                cluster, tenant, namespace, "after-" + fault.replace(" ", "-")
+            )
             tokens.add(env_in(seen)["GPUPOOL_HANDOFF_TOKEN"])
             states = await container_states(tenant, namespace)
             views = await views_of(tenant, namespace)

@@ -205,6 +205,12 @@ class Containerd:
             self.process.stop()
             self.process = None
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no cleanup, its sockets left behind; the shims live on."""
+        if self.process is not None:
+            self.process.kill()
+            self.process = None
+
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run ``ctr`` against this containerd in the CRI plugin's namespace."""
         return subprocess.run(

@@ -163,7 +163,8 @@ class ManagedProcess:
         self._log.close()
 
     def kill(self) -> None:
-        """SIGKILL now and reap."""
+        """SIGKILL now, reap, close the log; idempotent."""
         if self.running:
             self.process.kill()
             self.process.wait()
+        self._log.close()
