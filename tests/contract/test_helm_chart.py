@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from cryptography import x509
 
+from gpupool.kube.controlplane.serving_label import SERVING_LABEL
 from gpupool.kube.install.admission_policy import (
     CLAIM_MANIFEST,
     DECLARED_RUNTIME_POLICY_NAME,
@@ -243,8 +244,15 @@ def test_control_plane_leader_election_and_arguments_gpupool_accepts(render: Ren
         pod_name = {"fieldRef": {"fieldPath": "metadata.name"}}
         assert {"name": "POD_NAME", "valueFrom": pod_name} in rendered["env"]
     assert find(docs, "PodDisruptionBudget", "gpupool-scheduler")["spec"]["minAvailable"] == 1
+    # the API Service: the leader only, by the label it keeps on its own pod; metrics: all
+    own_pod = "--serving-pod=$(POD_NAMESPACE)/$(POD_NAME)"
+    assert own_pod in container["args"]
+    pod_namespace = {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert {"name": "POD_NAMESPACE", "valueFrom": pod_namespace} in container["env"]
+    replicas = deployment["spec"]["selector"]["matchLabels"]
     service = find(docs, "Service", "gpupool-scheduler")
-    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"] == {**replicas, SERVING_LABEL: "true"}
+    assert find(docs, "Service", "gpupool-scheduler-metrics")["spec"]["selector"] == replicas
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_SERVICE")}
     for args in (
         container["args"],
@@ -338,11 +346,16 @@ def test_service_monitor_behind_a_flag(render: Render) -> None:
     assert not [d for d in render() if d["kind"] == "ServiceMonitor"]
     docs = render("serviceMonitor.enabled=true", "serviceMonitor.labels.release=prom")
     monitor = find(docs, "ServiceMonitor", "gpupool-scheduler")
-    service = find(docs, "Service", "gpupool-scheduler")
+    service = find(docs, "Service", "gpupool-scheduler-metrics")
     assert monitor["metadata"]["labels"]["release"] == "prom"
-    assert set(monitor["spec"]["selector"]["matchLabels"].items()) <= set(
-        service["metadata"]["labels"].items()
-    )
+    selected = [
+        d["metadata"]["name"]
+        for d in docs
+        if d["kind"] == "Service"
+        and set(monitor["spec"]["selector"]["matchLabels"].items())
+        <= set(d["metadata"]["labels"].items())
+    ]
+    assert selected == ["gpupool-scheduler-metrics"]  # every replica, not the leader's only
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["path"] == "/metrics"
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}

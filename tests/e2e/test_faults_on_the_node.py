@@ -13,7 +13,8 @@ Leader election needs a second replica, but with ``hostNetwork`` on one node a s
 chart's Deployment would bind the first one's port; the standby is the chart's own Deployment
 read back from the API server with only its name, port and one label changed
 (:func:`chart.standby_of`). The leader's pod is deleted as a drain would (SIGTERM, its grace
-period); each pod's Scheduled Event names the replica that bound it.
+period); each pod's Scheduled Event names the replica that bound it, and the API Service's
+EndpointSlices name the leader alone, before and after.
 """
 
 from __future__ import annotations
@@ -307,6 +308,29 @@ async def lease_holder(api: KubeAPI) -> str:
     return str((await api.get(LEASE))["spec"].get("holderIdentity", ""))
 
 
+async def api_endpoints(api: KubeAPI) -> list[str]:
+    """The pods behind the chart's API Service, ready ones only, as its EndpointSlices say."""
+    listing = await api.get(
+        f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices",
+        {"labelSelector": "kubernetes.io/service-name=gpupool-scheduler"},
+    )
+    return sorted(
+        endpoint["targetRef"]["name"]
+        for endpoint_slice in listing["items"]
+        for endpoint in endpoint_slice.get("endpoints") or []
+        if endpoint.get("conditions", {}).get("ready")
+    )
+
+
+async def serves_alone(api: KubeAPI, pod: str) -> None:
+    """Wait until the API Service sends its readers to ``pod`` and to no other replica."""
+
+    async def alone() -> bool:
+        return await api_endpoints(api) == [pod]
+
+    await wait_for(alone, 60, f"the API Service on {pod} alone")
+
+
 async def whole_pods(tenant: KubeAPI, namespace: str, names: list[str], image: str) -> None:
     """Create whole-GPU pods and wait until every one runs."""
     for name in names:
@@ -360,6 +384,7 @@ async def test_the_standby_takes_over_when_the_leaders_pod_is_killed(
         (leader,) = [p for p in pods if p is not standby]
         leader_name, standby_name = leader["metadata"]["name"], standby["metadata"]["name"]
         assert await lease_holder(api) == leader_name
+        await serves_alone(api, leader_name)  # the standby has no snapshot to show readers
         await whole_pods(tenant, namespace, [f"before-{i}" for i in range(GPUS - 2)], image)
         await api.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{leader_name}")
 
@@ -367,6 +392,7 @@ async def test_the_standby_takes_over_when_the_leaders_pod_is_killed(
             return bool(await lease_holder(api) == standby_name)
 
         await wait_for(taken_over, 60, "the standby holding the Lease")
+        await serves_alone(api, standby_name)
         await whole_pods(tenant, namespace, ["after-0", "after-1"], image)
         # the standby knew what the old leader gave: every GPU went to one pod only
         names = [p["metadata"]["name"] for p in await list_pods(tenant, namespace)]

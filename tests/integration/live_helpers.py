@@ -132,7 +132,9 @@ class SchedulerProcesses:
     env: dict[str, str] = field(default_factory=dict)
     running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start(self, identity: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start(
+        self, identity: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+    ) -> subprocess.Popen[bytes]:
         with (self.log_dir / f"{identity}.log").open("ab") as log:
             process = subprocess.Popen(
                 [
@@ -154,6 +156,7 @@ class SchedulerProcesses:
                     "--http-address",
                     "127.0.0.1:0",  # any free port: replicas and test runs share the machine
                     *self.extra_args,
+                    *args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,

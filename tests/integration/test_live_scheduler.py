@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.client.api import ApiError, KubeAPI
+from gpupool.kube.controlplane.serving_label import SERVING_LABEL
 
 from .live_helpers import (
     Json,
@@ -322,12 +324,35 @@ async def test_sigkill_in_a_burst_loses_nothing_and_gives_no_share_twice(
     assert "allocation conflict" not in schedulers.log("second")
 
 
-async def test_two_replicas_only_the_leader_binds_and_the_standby_takes_over(
+async def _replica_pods(api: KubeAPI, namespace: str, names: list[str]) -> str:
+    """Pods standing for the replicas' own (``--serving-pod``), in a namespace of their own."""
+    own = f"{namespace}-replicas"
+    await api.create(
+        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": own}}
+    )
+    await create_pods(api, own, [gpu_pod(name, gpus=0, scheduler="nobody") for name in names])
+    return own
+
+
+async def _serving(api: KubeAPI, namespace: str) -> list[str]:
+    """The pods the API Service would select: those labelled as serving."""
+    listing = await api.get(
+        f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": f"{SERVING_LABEL}=true"}
+    )
+    return sorted(pod["metadata"]["name"] for pod in listing["items"])
+
+
+async def test_two_replicas_only_the_leader_binds_and_serves_and_the_standby_takes_over(
     api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
 ) -> None:
     sel = {"test": namespace}
     await make_nodes(api, namespace, 4, gpus=8)
-    schedulers.start("alpha")
+    own = await _replica_pods(api, namespace, ["alpha", "beta"])
+    # a label the beta pod's earlier, crashed process left: the leader takes it off
+    await api.patch(
+        f"/api/v1/namespaces/{own}/pods/beta", {"metadata": {"labels": {SERVING_LABEL: "true"}}}
+    )
+    schedulers.start("alpha", args=("--serving-pod", f"{own}/alpha"))
     lease = f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{schedulers.lease_name}"
 
     async def alpha_leads() -> bool:  # a fixed sleep lost the race on a loaded machine
@@ -338,7 +363,10 @@ async def test_two_replicas_only_the_leader_binds_and_the_standby_takes_over(
         return bool(held["spec"].get("holderIdentity") == "alpha")
 
     await wait_for(alpha_leads, 60, "alpha to take the Lease")
-    schedulers.start("beta")
+    await wait_for(
+        lambda: _is(_serving(api, own), ["alpha"]), 30, "alpha's pod alone labelled as serving"
+    )
+    schedulers.start("beta", args=("--serving-pod", f"{own}/beta"))
     await create_pods(api, namespace, [gpu_pod(f"a{i}", selector=sel) for i in range(12)])
     await wait_for(lambda: _settled(api, namespace, 12), 60, "first batch bound")
     first = await list_pods(api, namespace)
@@ -351,3 +379,11 @@ async def test_two_replicas_only_the_leader_binds_and_the_standby_takes_over(
     later = [p for p in pods if p["metadata"]["name"].startswith("b")]
     assert {pod_allocation(p)["scheduler"] for p in later} == {"beta"}  # type: ignore[index]
     assert await assert_no_gpu_given_twice(api, pods) == 24
+    # SIGKILLed, alpha could not take its label off: beta did when it began to lead
+    await wait_for(
+        lambda: _is(_serving(api, own), ["beta"]), 30, "beta's pod alone labelled as serving"
+    )
+
+
+async def _is(found: Awaitable[list[str]], expected: list[str]) -> bool:
+    return await found == expected

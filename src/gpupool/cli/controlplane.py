@@ -88,6 +88,14 @@ CreateLease = Annotated[
         "replicas do, so none makes it again after helm uninstall)."
     ),
 ]
+ServingPod = Annotated[
+    str,
+    typer.Option(
+        help="NAMESPACE/NAME of this replica's own pod: labelled gpupool.io/serving=true while "
+        "it leads, so a Service selecting that label sends API readers to the leader only "
+        "('' (default): no label)."
+    ),
+]
 GovernanceInterval = Annotated[float, typer.Option(help="Seconds between governance passes.")]
 CrashLoopRestarts = Annotated[
     int, typer.Option(help="Restarts after which a CrashLoopBackOff pod is cleaned up.")
@@ -120,6 +128,7 @@ def control_plane(
     governance: Governance = True,
     create_signing_key: CreateSigningKey = True,
     create_lease: CreateLease = True,
+    serving_pod: ServingPod = "",
     governance_interval: GovernanceInterval = 5.0,
     crash_loop_restarts: CrashLoopRestarts = 5,
     not_running_timeout: NotRunningTimeout = 900.0,
@@ -128,10 +137,12 @@ def control_plane(
     """Run the scheduler live: one active replica per Lease, the others on standby."""
     from gpupool.kube.controlplane.http import parse_address
     from gpupool.kube.controlplane.service import ServiceConfig
+    from gpupool.kube.controlplane.serving_label import parse_pod
 
     _check_kubeconfig(kubeconfig)
     try:
         address = parse_address(http_address) if http_address else None
+        own_pod = parse_pod(serving_pod) if serving_pod else None
     except ValueError as error:
         raise fail(str(error)) from None
     tls = serving_tls(address, tls_cert, tls_key, api)
@@ -163,6 +174,7 @@ def control_plane(
         governance=governance_config,
         db_url=db or None,
         create_signing_key=create_signing_key,
+        serving_pod=own_pod,
     )
     _serve(config, http_address)
 

@@ -32,6 +32,7 @@ from gpupool.kube.client.serving_tls import ReloadingCertificate
 from gpupool.kube.client.signing_key import load_signing_key
 from gpupool.kube.controlplane.http import HttpServer, build_app
 from gpupool.kube.controlplane.metrics import scheduler_registry
+from gpupool.kube.controlplane.serving_label import ServingLabel
 from gpupool.kube.governance.controller import GovernanceConfig, GovernanceController
 from gpupool.kube.objects.signing import RecordSigner
 from gpupool.kube.scheduler.claim_informers import CLAIM_WATCHES
@@ -57,19 +58,28 @@ class _Role:
     leading: bool = False
 
 
-async def _campaign_forever(elector: LeaderElector, scheduler: LiveScheduler, role: _Role) -> None:
+async def _campaign_forever(
+    elector: LeaderElector, scheduler: LiveScheduler, role: _Role, label: ServingLabel | None
+) -> None:
     """Lead whenever the Lease allows, but never while the policy refuses our allocations.
 
     A replica that may not write allocations would take the Lease from one that may, and then
-    have every bind refused.
+    have every bind refused. While it leads, its pod carries the serving label (if configured).
     """
 
     async def lead() -> None:
         role.leading = True
         try:
+            if label is not None:
+                await label.lead()
             await scheduler.lead()
         finally:
             role.leading = False
+            if label is not None:
+                await label.stand_by()
+
+    if label is not None:
+        await label.stand_by()  # a label left by this pod's crashed earlier process
 
     while True:
         while scheduler.rights.denied:
@@ -140,6 +150,8 @@ class ServiceConfig:
         db_url: The audit and accounting store; ``None``: no audit records (Events and logs).
         create_signing_key: Make the allocation key pair when it is missing; off where the
             installer owns it (the Helm chart).
+        serving_pod: ``(namespace, name)`` of this replica's own pod, labelled while it leads
+            (:mod:`gpupool.kube.controlplane.serving_label`); ``None``: no label.
     """
 
     kubeconfig: Path | None
@@ -151,6 +163,7 @@ class ServiceConfig:
     governance: GovernanceConfig | None = field(default_factory=GovernanceConfig)
     db_url: str | None = None
     create_signing_key: bool = True
+    serving_pod: tuple[str, str] | None = None
 
     def connect(self, timeout: float = 30.0, connections: int = 16) -> KubeAPI:
         """A client for the cluster, from the kubeconfig or in-cluster."""
@@ -208,7 +221,8 @@ async def serve(config: ServiceConfig) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     informers = asyncio.create_task(scheduler.run_informers())
-    campaign = asyncio.create_task(_campaign_forever(elector, scheduler, role))
+    label = ServingLabel(api, *config.serving_pod) if config.serving_pod is not None else None
+    campaign = asyncio.create_task(_campaign_forever(elector, scheduler, role, label))
     stopping = asyncio.create_task(stop.wait())
     background = [
         asyncio.create_task(work)
