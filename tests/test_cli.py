@@ -160,6 +160,8 @@ def test_explain_rejects_a_load_out_of_range() -> None:
             "--insecure-local: only with a loopback",
         ),
         (["--api-audience", ""], "--api-audience"),
+        (["--serving-pod", "scheduler-0"], "--serving-pod: expected NAMESPACE/NAME"),
+        (["--serving-pod", "ns/a/b"], "--serving-pod: expected NAMESPACE/NAME"),
     ],
 )
 def test_control_plane_bad_options_name_the_option(
