@@ -22,6 +22,7 @@ from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
 from gpupool.kube.client.api import MERGE_PATCH, ApiError, KubeAPI
 from gpupool.kube.install.crds import install_crds
+from gpupool.kube.objects.dra import CLASSES_PATH
 from gpupool.webhook.configuration import (
     FailurePolicy,
     WebhookTarget,
@@ -194,6 +195,56 @@ async def test_the_api_server_has_a_gpu_pod_routed_queued_and_classed(
     plain = await create_pod(api, namespace, pod("plain"))
     assert plain["spec"]["schedulerName"] == "default-scheduler"
     assert "labels" not in plain["metadata"]
+    await _claim_pods_are_routed_by_what_their_claims_ask(api, namespace)
+
+
+async def _claim_pods_are_routed_by_what_their_claims_ask(api: KubeAPI, namespace: str) -> None:
+    """A pod naming a template of gpupool's class is routed, queued and classed like a GPU pod;
+    one naming a claim of another driver's class, or a claim not made yet, is left alone."""
+    foreign = f"nic-{namespace}.example.com"
+    await api.create(
+        CLASSES_PATH,
+        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": foreign}},
+    )
+    try:
+        base = f"/apis/resource.k8s.io/v1/namespaces/{namespace}"
+        await api.create(f"{base}/resourceclaimtemplates", _template("one-gpu", "gpu.gpupool.io"))
+        nic = _template("nic", foreign)
+        nic |= {"kind": "ResourceClaim", "spec": {"devices": _devices(foreign)}}
+        await api.create(f"{base}/resourceclaims", nic)
+        routed_pod = await create_pod(api, namespace, _claim_pod("dra-train", template="one-gpu"))
+        assert routed_pod["spec"]["schedulerName"] == "gpupool"
+        assert routed_pod["metadata"]["labels"] == {
+            "gpupool.io/queue": f"q-{namespace}",
+            "gpupool.io/class": "default",
+        }
+        for name, source in (("dra-nic", {"claim": "nic"}), ("dra-later", {"claim": "later"})):
+            left = await create_pod(api, namespace, _claim_pod(name, **source))
+            assert left["spec"]["schedulerName"] == "default-scheduler", name
+            assert "labels" not in left["metadata"], name
+    finally:
+        await api.delete(f"{CLASSES_PATH}/{foreign}")
+
+
+def _devices(device_class: str) -> dict[str, object]:
+    return {"requests": [{"name": "dev", "exactly": {"deviceClassName": device_class}}]}
+
+
+def _template(name: str, device_class: str) -> dict[str, object]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": _devices(device_class)}},
+    }
+
+
+def _claim_pod(name: str, *, template: str = "", claim: str = "") -> dict[str, object]:
+    body = pod(name)
+    source = {"resourceClaimTemplateName": template} if template else {"resourceClaimName": claim}
+    body["spec"]["resourceClaims"] = [{"name": "dev", **source}]
+    body["spec"]["containers"][0]["resources"] = {"claims": [{"name": "dev"}]}
+    return body
 
 
 async def test_malformed_pods_are_refused_naming_the_field(
@@ -313,9 +364,12 @@ async def test_a_webhook_that_is_down_fails_as_configured(
         await eventually(admitted_unrouted, "the API server to find the webhook down")
         stored = await create_pod(api, namespace, gpu_pod)
         assert stored["spec"]["schedulerName"] == "default-scheduler"
-    # either way, pods that do not mention gpupool are never sent to it, so never blocked
+    # either way, pods that do not mention gpupool are never sent to it, so never blocked,
+    # and pods naming claims go to the claims webhook, which fails open
     plain = await create_pod(api, namespace, pod("plain", {"nvidia.com/gpu": "1"}))
     assert plain["metadata"]["name"] == "plain"
+    with_claim = await create_pod(api, namespace, _claim_pod("with-claim", claim="any"))
+    assert with_claim["spec"]["schedulerName"] == "default-scheduler"
 
 
 async def test_a_renewed_certificate_is_served_without_a_restart(

@@ -81,6 +81,10 @@ class PodReview:
         uid: The request's uid, standing in for the pod's uid before it has one.
         pod: The pod as JSON.
         old_pod: The pod before an update.
+        claims_gpupool_devices: Whether the pod's DRA claims ask for gpupool's devices (read
+            from the API server by :mod:`gpupool.webhook.claim_requests`, which keeps this
+            function pure): such a pod is routed and checked like one asking for
+            ``gpupool.io/gpu``.
     """
 
     operation: str
@@ -88,6 +92,7 @@ class PodReview:
     uid: str
     pod: Mapping[str, Any]
     old_pod: Mapping[str, Any] | None = None
+    claims_gpupool_devices: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +285,8 @@ def review_pod(
     if review.operation == "UPDATE":
         return _review_update(review, meta, facts)
     scheduler = decoded.spec.scheduler_name
-    if not asks_for_gpupool(decoded) and scheduler != config.scheduler_name:
+    gpupools = asks_for_gpupool(decoded) or review.claims_gpupool_devices
+    if not gpupools and scheduler != config.scheduler_name:
         return Verdict()
     refusal = check_resources(decoded, facts)
     if refusal is not None:

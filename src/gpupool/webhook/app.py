@@ -7,7 +7,9 @@ process serves.
 
 An AdmissionReview that cannot be read gets a 422 from the request validation; every readable
 one gets a 200 with ``allowed`` true or false. A crash would be a 500, which the API server turns
-into the configured failure policy; the fuzz tests show there is none.
+into the configured failure policy; the fuzz tests show there is none. The one 500 on purpose:
+the API server refused or did not answer a read of a pod's claims
+(:mod:`gpupool.webhook.claim_requests`), so the failure policy decides that pod.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from gpupool.webhook.admission import (
     review_pod,
     validate_only,
 )
+from gpupool.webhook.claim_requests import ClaimReader, has_claims
 from gpupool.webhook.facts import ClusterFacts
 from gpupool.webhook.review import AdmissionRequest, AdmissionReview, allow, deny
 
@@ -37,24 +40,39 @@ FactsSource = Callable[[], ClusterFacts | None]
 """Returns the current cluster facts, or None while the caches have not synced."""
 
 
-def _verdict(
-    request: AdmissionRequest, facts: ClusterFacts | None, config: AdmissionConfig
+async def _verdict(
+    request: AdmissionRequest,
+    facts: ClusterFacts | None,
+    config: AdmissionConfig,
+    claims: ClaimReader | None,
 ) -> Verdict:
     kind = request.kind
     if request.object is None or kind.group or kind.kind != "Pod":
         return Verdict()
+    pod = request.object
+    # claims are read on create only: an update cannot change spec.resourceClaims
+    gpupool_claims = False
+    if claims is not None and request.operation == "CREATE" and has_claims(pod):
+        gpupool_claims = await claims.asks_for_gpupool(request.namespace, pod)
     review = PodReview(
         operation=request.operation,
         namespace=request.namespace,
         uid=request.uid,
-        pod=request.object,
+        pod=pod,
         old_pod=request.old_object,
+        claims_gpupool_devices=gpupool_claims,
     )
     return review_pod(review, facts, config)
 
 
-def create_app(facts: FactsSource, config: AdmissionConfig = DEFAULT_CONFIG) -> FastAPI:
-    """The webhook app, deciding with the facts ``facts()`` returns at each request."""
+def create_app(
+    facts: FactsSource, config: AdmissionConfig = DEFAULT_CONFIG, claims: ClaimReader | None = None
+) -> FastAPI:
+    """The webhook app, deciding with the facts ``facts()`` returns at each request.
+
+    ``claims`` reads the claims a pod names (None: claim pods are judged by their containers
+    only, as a pod asking for nothing of gpupool's).
+    """
     app = FastAPI(title="gpupool admission webhook", docs_url=None, redoc_url=None)
 
     @app.exception_handler(RequestValidationError)
@@ -69,9 +87,9 @@ def create_app(facts: FactsSource, config: AdmissionConfig = DEFAULT_CONFIG) -> 
         )
         return JSONResponse({"message": f"not an AdmissionReview v1: {problems}"}, 422)
 
-    def answer(review: AdmissionReview, *, validating: bool) -> dict[str, Any]:
+    async def answer(review: AdmissionReview, *, validating: bool) -> dict[str, Any]:
         request = review.request
-        verdict = _verdict(request, facts(), config)
+        verdict = await _verdict(request, facts(), config, claims)
         if validating:
             verdict = validate_only(verdict)
         if verdict.refusal is not None:
@@ -82,12 +100,12 @@ def create_app(facts: FactsSource, config: AdmissionConfig = DEFAULT_CONFIG) -> 
     @app.post("/mutate")
     async def mutate(review: AdmissionReview) -> dict[str, Any]:
         """Route, label and check a pod."""
-        return answer(review, validating=False)
+        return await answer(review, validating=False)
 
     @app.post("/validate")
     async def validate(review: AdmissionReview) -> dict[str, Any]:
         """Check a pod after every mutating webhook ran."""
-        return answer(review, validating=True)
+        return await answer(review, validating=True)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

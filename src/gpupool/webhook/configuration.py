@@ -14,6 +14,13 @@ webhook exactly alike. Choices that matter when the webhook is down:
   gpupool resources are refused, so none escapes the checks or the routing. ``Ignore`` fails
   open: they are admitted unchecked and unrouted (they keep the default scheduler and may wait
   forever), and only the scheduler's own checks remain.
+* Pods that name DRA claims (``spec.resourceClaims``) and mention gpupool nowhere else go to a
+  second webhook of each configuration (``claims.*.gpupool.io``), on create only: whether their
+  claims ask for gpupool's devices is read from the API server
+  (:mod:`gpupool.webhook.claim_requests`). It always fails open, so a down webhook never blocks
+  the DRA pods of other drivers; a gpupool claim pod admitted meanwhile keeps the default
+  scheduler, which may not allocate gpupool's devices (``gpupool-claim-allocation-writers``),
+  so it pends with that refusal and never runs outside its queue.
 * The ``kube-system`` namespace and the webhook's own namespace are excluded, so the webhook can
   always be restarted, and ``sideEffects: None`` lets dry-run requests through.
 """
@@ -21,6 +28,7 @@ webhook exactly alike. Choices that matter when the webhook is down:
 from __future__ import annotations
 
 import base64
+import copy
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -111,6 +119,12 @@ def match_expression(scheduler_name: str = SCHEDULER_NAME) -> str:
     )
 
 
+def claims_expression(scheduler_name: str = SCHEDULER_NAME) -> str:
+    """CEL that is true for pods naming DRA claims that :func:`match_expression` leaves out."""
+    claims = "has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0"
+    return f"{claims} && !({match_expression(scheduler_name)})"
+
+
 def _entry(obj: str, field: str, key: str) -> str:
     """CEL for one metadata entry as a list: ``[value]``, or ``[]`` where it is absent."""
     path = f"{obj}.metadata.{field}"
@@ -161,12 +175,15 @@ def webhook_configurations(
     if ca_bundle is None and not inject_ca_from:
         raise ValueError("ca_bundle: needed unless cert-manager injects it (inject_ca_from)")
 
-    def webhook(kind: str, path: str) -> dict[str, Any]:
+    def webhooks(kind: str, path: str) -> list[dict[str, Any]]:
         client = target.client_config(path, ca_bundle)
         namespaces = sorted({"kube-system", webhook_namespace})
-        return _webhook(kind, client, failure_policy, timeout_seconds, namespaces, scheduler_name)
+        pods = _webhook(kind, client, failure_policy, timeout_seconds, namespaces, scheduler_name)
+        claims = _claims_webhook(pods, scheduler_name)
+        if kind == "mutate":
+            return [pod | {"reinvocationPolicy": "IfNeeded"} for pod in (pods, claims)]
+        return [pods, claims]
 
-    mutating = webhook("mutate", "/mutate") | {"reinvocationPolicy": "IfNeeded"}
     metadata: JsonObject = {"name": name}
     if inject_ca_from:
         metadata["annotations"] = {"cert-manager.io/inject-ca-from": inject_ca_from}
@@ -175,14 +192,28 @@ def webhook_configurations(
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
             "metadata": metadata,
-            "webhooks": [mutating],
+            "webhooks": webhooks("mutate", "/mutate"),
         },
         VALIDATING: {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
             "metadata": metadata,
-            "webhooks": [webhook("validate", "/validate")],
+            "webhooks": webhooks("validate", "/validate"),
         },
+    }
+
+
+def _claims_webhook(pods: dict[str, Any], scheduler_name: str) -> dict[str, Any]:
+    """The webhook for claim pods: ``pods``'s, on create only, failing open (module docstring)."""
+    claims = copy.deepcopy(pods)  # nothing shared: YAML would print shared objects as aliases
+    (rule,) = claims["rules"]
+    return claims | {
+        "name": pods["name"].replace("pods.", "claims.", 1),
+        "rules": [rule | {"operations": ["CREATE"]}],
+        "failurePolicy": "Ignore",
+        "matchConditions": [
+            {"name": "names-claims-only", "expression": claims_expression(scheduler_name)}
+        ],
     }
 
 

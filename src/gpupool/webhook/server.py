@@ -31,6 +31,7 @@ from gpupool.kube.client.serving_tls import ReloadingCertificate
 from gpupool.webhook.admission import DEFAULT_CONFIG, AdmissionConfig
 from gpupool.webhook.app import create_app
 from gpupool.webhook.cache import FactsCache
+from gpupool.webhook.claim_requests import ClaimReader
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ async def serve(config: WebhookServerConfig) -> int:
     cache = FactsCache(api)
     server = _Server(
         uvicorn.Config(
-            create_app(cache.facts, config.admission),
+            create_app(cache.facts, config.admission, ClaimReader(api)),
             host=config.host,
             port=config.port,
             ssl_context_factory=lambda _config, _default: tls.context(),

@@ -325,3 +325,33 @@ def test_an_update_may_not_change_the_class_to_one_the_queue_does_not_allow() ->
     assert refused(update(old, new, CLASSED))[0] == "metadata.labels[gpupool.io/class]"
     # a pod whose class was allowed once is not refused its other updates when the queue changes
     assert update(new, new | {"spec": new["spec"] | {"priority": 0}}, CLASSED) == Verdict()
+
+
+def _claim_pod(labels: dict[str, str] | None = None, scheduler: str = "default-scheduler") -> Json:
+    obj = pod(labels=labels, scheduler=scheduler)
+    obj["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    obj["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    return obj
+
+
+def _create_claim_pod(obj: Json, gpupool_devices: bool) -> Verdict:
+    namespace = obj["metadata"]["namespace"]
+    review = PodReview("CREATE", namespace, "req-3", obj, None, gpupool_devices)
+    return review_pod(review, FACTS)
+
+
+def test_a_pod_whose_claims_ask_for_gpupool_devices_is_routed_queued_and_checked() -> None:
+    obj = _claim_pod()
+    mutated = apply_patch(obj, _create_claim_pod(obj, gpupool_devices=True).patch)
+    assert mutated["spec"]["schedulerName"] == "gpupool"
+    assert mutated["metadata"]["labels"] == {
+        "gpupool.io/queue": "research",
+        "gpupool.io/class": "default",
+    }
+    # checked like a pod asking for gpupool.io/gpu: a queue of another namespace is refused
+    where, _ = refused(_create_claim_pod(_claim_pod(labels={"gpupool.io/queue": "prod"}), True))
+    assert where == "metadata.labels[gpupool.io/queue]"
+    where, _ = refused(_create_claim_pod(_claim_pod(scheduler="volcano"), True))
+    assert where == "spec.schedulerName"
+    # claims of other drivers: the pod is not gpupool's
+    assert _create_claim_pod(_claim_pod(scheduler="volcano"), False) == Verdict()

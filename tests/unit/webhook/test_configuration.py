@@ -8,6 +8,7 @@ from gpupool.webhook.configuration import (
     MUTATING,
     VALIDATING,
     WebhookTarget,
+    claims_expression,
     match_expression,
     webhook_configurations,
 )
@@ -32,6 +33,20 @@ def test_both_configurations_call_the_webhook_with_the_ca() -> None:
         ]
         assert webhook["matchConditions"][0]["expression"] == match_expression()
     assert mutating["reinvocationPolicy"] == "IfNeeded"
+
+
+def test_claim_pods_go_to_a_second_webhook_on_create_that_always_fails_open() -> None:
+    configs = webhook_configurations(CA, WebhookTarget(url="https://127.0.0.1:9443/"))
+    for collection in (MUTATING, VALIDATING):
+        pods, claims = configs[collection]["webhooks"]
+        assert claims["name"] == pods["name"].replace("pods.", "claims.")
+        assert (pods["failurePolicy"], claims["failurePolicy"]) == ("Fail", "Ignore")
+        assert claims["rules"][0]["operations"] == ["CREATE"]
+        assert claims["clientConfig"] == pods["clientConfig"]
+        assert claims["namespaceSelector"] == pods["namespaceSelector"]
+        (condition,) = claims["matchConditions"]
+        assert condition["expression"] == claims_expression()
+        assert f"!({match_expression()})" in condition["expression"]  # never both webhooks
 
 
 def test_a_service_target_and_fail_open() -> None:
