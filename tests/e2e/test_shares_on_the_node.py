@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -200,3 +202,159 @@ async def test_after_unset_the_preload_and_read_only_limits_stay_and_tenants_sha
         peek = await pod_log(bob, bob_ns, "peek")
         assert peek["shm"] != after_unset["shm"]
         assert not any(key.startswith("shmfile:") for key in peek), peek
+
+
+TRAIN = """
+echo "dataset=$(cat /data/dataset.txt)"
+i=0
+while [ ! -s /data/sidecar ] && [ $i -lt 120 ]; do sleep 0.5; i=$((i+1)); done
+echo "sidecar=$(cat /data/sidecar)"
+echo step-100 > /data/checkpoint
+echo done=1
+exec sleep 3600
+"""
+"""A training step: read the dataset, see the sidecar's mark, write a checkpoint."""
+SIDECAR = "echo shipping > /data/sidecar; exec sleep 3600"
+
+
+def _local_volume(name: str, storage_class: str, path: Path, node: str) -> dict[str, Any]:
+    """A static local PersistentVolume on ``node`` (what a platform team lays out per disk)."""
+    on_node = {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": storage_class,
+            "local": {"path": str(path)},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [on_node]}]}},
+        },
+    }
+
+
+@pytest.mark.timeout(1800)
+async def test_a_training_pod_mounts_its_wait_for_first_consumer_volume_beside_a_native_sidecar(
+    installed: Cluster, api: KubeAPI, tmp_path: Path
+) -> None:
+    """VolumeBinding on the real node: the claim waits for its pod (WaitForFirstConsumer),
+    gpupool binds it to the local volume on the node it chose before binding the pod (kube's
+    PreBind), kube-controller-manager's PV controller completes the binding and the kubelet
+    mounts it; the pod's native sidecar (an init container that keeps running) starts first."""
+    cluster = installed
+    await published(api, cluster.node.name, CAPACITY)
+    image = cluster.images.test_workload
+    folder = tmp_path / "disk-0"
+    folder.mkdir()
+    (folder / "dataset.txt").write_text("imagenet-shard-7\n")
+    async with tenants(cluster, api, "carol") as made:
+        [(namespace, tenant)] = made
+        storage_class, volume = f"local-{namespace}", f"local-{namespace}-0"
+        await api.create(
+            "/apis/storage.k8s.io/v1/storageclasses",
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": storage_class},
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "WaitForFirstConsumer",
+            },
+        )
+        await api.create(
+            "/api/v1/persistentvolumes",
+            _local_volume(volume, storage_class, folder, cluster.node.name),
+        )
+        try:
+            await tenant.create(
+                f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "data"},
+                    "spec": {
+                        "storageClassName": storage_class,
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}},
+                    },
+                },
+            )
+            mount = [{"name": "data", "mountPath": "/data"}]
+            body = workload_pod("train", image, TRAIN, SHARE)
+            claimed = {"claimName": "data"}
+            body["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": claimed}]
+            body["spec"]["containers"][0]["volumeMounts"] = mount
+            body["spec"]["initContainers"] = [
+                {
+                    "name": "log-shipper",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "restartPolicy": "Always",
+                    "command": ["/bin/sh", "-c", SIDECAR],
+                    "volumeMounts": mount,
+                }
+            ]
+            await tenant.create(f"/api/v1/namespaces/{namespace}/pods", body)
+            seen = await pod_log(tenant, namespace, "train")
+            assert (seen["dataset"], seen["sidecar"]) == ("imagenet-shard-7", "shipping")
+            assert (folder / "checkpoint").read_text() == "step-100\n"  # on the node's disk
+            pod = await tenant.get(f"/api/v1/namespaces/{namespace}/pods/train")
+            assert (pod["spec"]["schedulerName"], pod["spec"]["nodeName"]) == (
+                "gpupool",
+                cluster.node.name,
+            )
+            (sidecar,) = pod["status"]["initContainerStatuses"]
+            assert "running" in sidecar["state"], sidecar
+            claim = await tenant.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/data")
+            assert (claim["status"]["phase"], claim["spec"]["volumeName"]) == ("Bound", volume)
+        finally:
+            await api.delete(f"/api/v1/persistentvolumes/{volume}")
+            await api.delete(f"/apis/storage.k8s.io/v1/storageclasses/{storage_class}")
+
+
+@pytest.mark.timeout(1800)
+async def test_replicas_with_required_anti_affinity_one_per_node_and_the_rest_pend_saying_why(
+    installed: Cluster, api: KubeAPI
+) -> None:
+    """An inference Deployment of three replicas that must not share a node, on one node: one
+    runs, and the other two pend with kube-scheduler's reason for anti-affinity."""
+    cluster = installed
+    await published(api, cluster.node.name, CAPACITY)
+    image = cluster.images.test_workload
+    async with tenants(cluster, api, "dave") as made:
+        [(namespace, tenant)] = made
+        template = workload_pod("serve", image, DONE, SHARE)
+        labels = {"app": "serve"}
+        template["metadata"] = {"labels": labels}
+        apart = {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
+        template["spec"]["affinity"] = {
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}
+        }
+        await tenant.create(
+            f"/apis/apps/v1/namespaces/{namespace}/deployments",
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "serve"},
+                "spec": {"replicas": 3, "selector": {"matchLabels": labels}, "template": template},
+            },
+        )
+        reasons: list[str] = []
+
+        async def settled() -> bool:
+            nonlocal reasons
+            pods = await list_pods(tenant, namespace)
+            assert not failed_admission(pods), failed_admission(pods)
+            running = [p for p in pods if p["status"].get("phase") == "Running"]
+            reasons = [
+                c.get("message", "")
+                for p in pods
+                for c in p["status"].get("conditions", [])
+                if c["type"] == "PodScheduled" and c["status"] == "False"
+            ]
+            return len(pods) == 3 and len(running) == 1 and len(reasons) == 2
+
+        await wait_for(settled, 600, "one replica Running and two pending with a reason")
+        for reason in reasons:
+            assert "1 node(s) didn't match pod anti-affinity rules" in reason, reason
