@@ -55,9 +55,12 @@ class NeverFits:
         """
         pod = workload.pod
         eligibility = self.request.eligibility.get(workload.name)
+        # everything admissible() and could_hold() read: a field left out of the key let one
+        # pod's verdict condemn another (a NIC no node had made a plain pod of its size wait)
         key = (
             pool, pod.cpu_milli, pod.memory_mib, pod.gpu_count, pod.gpu_milli,
             pod.gpu_memory_mib, pod.gpu_models, pod.mig_profile, pod.constraints,
+            pod.extra_resources, pod.terms,
         )  # fmt: skip
         known = self._by_shape.get(key) if eligibility is None else None
         if known is not None:

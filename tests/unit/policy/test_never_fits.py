@@ -89,3 +89,22 @@ def test_a_pod_skipped_for_the_size_of_one_that_failed_carries_its_rejection() -
         "0/2 nodes are available: 2 Insufficient gpupool.io/gpu "
         "(found for big1, which asks no more)."
     )
+
+
+def test_a_shape_that_never_fits_for_another_resource_does_not_condemn_the_same_shape_without() -> (
+    None
+):
+    """The verdict is remembered by request shape across cycles; the shape is the whole request.
+
+    It was not: a pod asking a NIC no node of its zone has (never fits) made every later pod of
+    the same CPU, memory and selector wait "never" too, though nodes were free (found by the
+    differential test against kube-scheduler).
+    """
+    cluster = two_busy_nodes(per_pool=1)
+    nic = PodSpec("nic", 1000, 1024, extra_resources=(("example.com/rdma", 1),))
+    plain = replace(nic, name="plain", extra_resources=())
+    (waits,) = cluster.cycle([work(nic, "q")], 10.0).decisions
+    assert isinstance(waits, Wait)
+    assert waits.reason.endswith(f" ({NEVER_FITS}).")
+    (admitted,) = cluster.cycle([work(plain, "q")], 20.0).decisions
+    assert isinstance(admitted, Admit), admitted
