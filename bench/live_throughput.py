@@ -7,6 +7,7 @@ alternates ABBA.
 
     .venv/bin/python bench/live_throughput.py --runs 4 --json out/bench/live_throughput.json
     .venv/bin/python bench/live_throughput.py --nodes 50 --pods 200 --runs 2   # a smoke run
+    .venv/bin/python bench/live_throughput.py --pod-rules 0.2   # a fifth of the pods with rules
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ def bench_live(
         str,
         typer.Option(help="Extra arguments for gpupool control-plane, e.g. '--log-level warning'."),
     ] = "",
+    pod_rules: Annotated[
+        float,
+        typer.Option(
+            help="Share of the pods with a required anti-affinity or a DoNotSchedule topology "
+            "spread on the hostname, alternately (0.2: every fifth pod)."
+        ),
+    ] = 0.0,
 ) -> None:
     """Bind throughput of gpupool and kube-scheduler on one real local control plane."""
     try:
@@ -77,6 +85,7 @@ def bench_live(
         gpupool_args=tuple(shlex.split(gpupool_args)),
         max_foreign_cpu=max_foreign_cpu,
         retries=retries,
+        pod_rules=pod_rules,
     )
     try:
         config.validate()

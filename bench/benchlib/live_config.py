@@ -33,6 +33,8 @@ class LiveConfig:
         max_foreign_cpu: A run in which other processes used more than this share of the CPUs
             while a scheduler was binding is set aside and run again (1.0: never).
         retries: How many runs may be set aside that way in all.
+        pod_rules: The share of pods with a required anti-affinity or a topology spread
+            (:mod:`benchlib.live_rules`); 0: none.
     """
 
     nodes: int = 1000
@@ -47,6 +49,7 @@ class LiveConfig:
     gpupool_args: tuple[str, ...] = ()
     max_foreign_cpu: float = 0.1
     retries: int = 3
+    pod_rules: float = 0.0
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the CLI option of a bad value."""
@@ -78,6 +81,8 @@ class LiveConfig:
             raise ValueError("--timeout: must be > 0")
         if not 0 < self.max_foreign_cpu <= 1:
             raise ValueError("--max-foreign-cpu: must be in (0, 1]")
+        if not 0 <= self.pod_rules <= 1:
+            raise ValueError(f"--pod-rules: must be in [0, 1], got {self.pod_rules}")
         if self.retries < 0:
             raise ValueError("--retries: must be >= 0")
 

@@ -20,6 +20,7 @@ from benchlib.binds import BindTimes
 from benchlib.live_claims import BENCH_DRIVER, check_claims, prepare_claims
 from benchlib.live_config import LiveConfig
 from benchlib.live_report import fmt, iso
+from benchlib.live_rules import check_rule_groups, pod_rule, with_rule
 from benchlib.live_setup import (
     CLAIM_PHASES,
     GPUPOOL,
@@ -86,6 +87,7 @@ class PhaseResult:
     cpu_while_binding: dict[str, Any] = field(default_factory=dict)
     watch_events: int = 0
     node_counts: dict[str, Any] = field(default_factory=dict)
+    rule_groups: dict[str, Any] = field(default_factory=dict)
     allocations: dict[str, Any] | None = None
     error: str | None = None
 
@@ -121,7 +123,13 @@ async def run_phase(
             api, namespace, nodes, names, (PHASE_LABEL, label), config.concurrency, driver
         )
         log(f"{scheduler}: slices and claims created in {time.monotonic() - began:.1f} s")
-    manifests = (pod_manifest(name, scheduler, selector, name if claims else "") for name in names)
+    manifests = (
+        with_rule(
+            pod_manifest(name, scheduler, selector, name if claims else ""),
+            pod_rule(index, config.pod_rules, config.nodes),
+        )
+        for index, name in enumerate(names)
+    )
     began = time.monotonic()
     await create_pods(api, namespace, manifests, config.concurrency)
     result.create_pods_seconds = round(time.monotonic() - began, 3)
@@ -161,6 +169,8 @@ async def run_phase(
     result.watch_events = binds.events
     pods = await api.list_items(f"/api/v1/namespaces/{namespace}/pods")
     result.node_counts = check_node_counts(pods, {n.name: n.gpus for n in nodes})
+    if config.pod_rules:
+        result.rule_groups = check_rule_groups(pods)
     if scheduler == GPUPOOL:
         phase_nodes = await api.list_items(f"/api/v1/nodes?labelSelector={PHASE_LABEL}%3D{label}")
         result.allocations = check_allocations(pods, inventory(phase_nodes)).summary()

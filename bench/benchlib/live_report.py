@@ -239,6 +239,7 @@ def report_ok(report: dict[str, Any]) -> bool:
         not report["failed_runs"]
         and all(phase["complete"] for phase in phases)
         and all(phase["node_counts"].get("ok", True) for phase in phases)
+        and all(phase.get("rule_groups", {}).get("ok", True) for phase in phases)
         and report["gpupool_allocations_ok"] is not False
         and report.get("kube_scheduler_claims_ok") is not False
     )
@@ -285,6 +286,16 @@ def format_table(report: dict[str, Any]) -> str:
     )
     if crowded:
         lines.append(f"PODS BEYOND THEIR NODES' GPUS in {', '.join(crowded)} (see per_run)")
+    broken = sorted(
+        {
+            name
+            for run in report["per_run"]
+            for name, phase in run["phases"].items()
+            if not phase.get("rule_groups", {}).get("ok", True)
+        }
+    )
+    if broken:
+        lines.append(f"ANTI-AFFINITY OR SPREAD BROKEN in {', '.join(broken)} (see per_run)")
     for key, what in (
         ("gpupool_allocations_ok", "gpupool allocations"),
         ("kube_scheduler_claims_ok", "kube-scheduler's claim allocations"),
