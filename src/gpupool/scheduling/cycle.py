@@ -40,12 +40,14 @@ from gpupool.scheduling.backfill import Blocked, Reservations, no_smaller
 from gpupool.scheduling.backfill_placement import clear_of_reservations
 from gpupool.scheduling.claim_placement import REASON_NO_ELIGIBLE, fails_by_size, restrict_choice
 from gpupool.scheduling.decisions import (
+    WAITING_BEHIND,
     Admit,
     CycleRequest,
     CycleResult,
     EngineDecision,
     Preempt,
     Wait,
+    ordering_wait,
 )
 from gpupool.scheduling.never_fits import NeverFits, saying_never
 from gpupool.scheduling.nominated import drop_nominations_on, nomination_checks
@@ -162,10 +164,11 @@ class Cycle:
             return Wait(
                 workload,
                 queue,
-                held or f"waiting behind {head} in pool {self.layout.pools[first].name}",
+                held or f"{WAITING_BEHIND}{head} in pool {self.layout.pools[first].name}",
             )
         reason = ""
         reject: Reject | None = None
+        behind = ""
         for pool in routes:
             outcome = self._try_pool(workload, queue, pool)
             if isinstance(outcome, Reject):
@@ -173,8 +176,11 @@ class Cycle:
                 reason = reason or outcome.message
             elif isinstance(outcome, str):
                 reason = reason or outcome
+                behind = behind or (outcome if ordering_wait(outcome) else "")
             else:
                 return outcome
+        if behind:  # a pool it was not tried in may take it: try again next cycle, not parked
+            return Wait(workload, queue, behind)
         return Wait(workload, queue, reason, reject)
 
     def _all_closed_reason(self) -> str:
@@ -182,7 +188,7 @@ class Cycle:
             f"{heads[0].workload.name} in pool {self.layout.pools[p].name}"
             for p, heads in self.blocked.items()
         )
-        return f"waiting behind {heads}"
+        return f"{WAITING_BEHIND}{heads}"
 
     def _closed(self, pool: int) -> bool:
         """Whether nothing more may start in ``pool`` this cycle (strict order or depth)."""
@@ -243,10 +249,10 @@ class Cycle:
         if heads is not None:
             name = heads[0].workload.name
             if not self.engine.options.backfill:
-                return f"waiting behind {name} in pool {pool_name} (strict order)"
+                return f"{WAITING_BEHIND}{name} in pool {pool_name} (strict order)"
             self.examined[pool] = self.examined.get(pool, 0) + 1
             if self.examined[pool] > self.engine.options.backfill_depth and not held:
-                return f"waiting behind {name} in pool {pool_name} (backfill depth reached)"
+                return f"{WAITING_BEHIND}{name} in pool {pool_name} (backfill depth reached)"
         nominated = attempt.workload.name in self.nominations  # its node is open to it alone
         pod = attempt.workload.pod
         failed = (

@@ -152,6 +152,23 @@ class Admit:
         )
 
 
+WAITING_BEHIND = "waiting behind "
+"""How every ordering wait's reason begins: held only behind other pods of this cycle."""
+
+
+def ordering_wait(reason: str) -> bool:
+    """Whether ``reason`` holds a pod only behind others of this cycle, not for itself.
+
+    Such a pod (behind a blocked pod of its pool in strict order, or past the cycle's backfill
+    depth) has had no verdict of its own: it is tried again in the next cycle instead of being
+    parked until capacity changes, so no pending pod waits without a reason of its own. A pod
+    that would delay a backfill reservation, or skipped for the size of one that failed, has a
+    verdict of its own and is parked with it (retried at once, it would take the node a large
+    pod waits for, or be refused again in a loop).
+    """
+    return reason.startswith(WAITING_BEHIND)
+
+
 @dataclass(frozen=True, slots=True)
 class Wait:
     """Keep a pod pending.

@@ -13,7 +13,7 @@ from typing import Any
 from gpupool.kube.client.informer import ADDED, DELETED, MODIFIED
 from gpupool.kube.objects import allocation
 from gpupool.kube.policy.book import epoch_seconds
-from gpupool.kube.scheduler.apply import ordering_wait
+from gpupool.scheduling.decisions import ordering_wait
 from gpupool.scheduling.runtime import DEFAULT_RUNTIME
 
 from .builders import SIGNER, annotated, node, pod

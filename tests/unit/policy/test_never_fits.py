@@ -16,11 +16,12 @@ import pytest
 
 from gpupool.core.constraints import NodeConstraints
 from gpupool.core.model import PodSpec
+from gpupool.policy.spec import PolicyConfig, PoolMode
 from gpupool.policy.workload import Workload
-from gpupool.scheduling.decisions import Admit, Wait
+from gpupool.scheduling.decisions import EASY, Admit, Wait, ordering_wait
 from gpupool.scheduling.never_fits import NEVER_FITS
 
-from .builders import whole, work
+from .builders import Cluster, node, one_pool, queue, whole, work
 from .test_reservations import two_busy_nodes
 
 NEVER = {
@@ -108,3 +109,33 @@ def test_a_shape_that_never_fits_for_another_resource_does_not_condemn_the_same_
     assert waits.reason.endswith(f" ({NEVER_FITS}).")
     (admitted,) = cluster.cycle([work(plain, "q")], 20.0).decisions
     assert isinstance(admitted, Admit), admitted
+
+
+def test_a_pod_its_first_pool_never_holds_waits_behind_its_next_pool_and_is_not_parked() -> None:
+    """Routed to a Shared pool that can never hold it, then to the default pool, where the
+    cycle's backfill depth is used up: it waits behind the default pool's head (tried again
+    next cycle), not "never" with the first pool's rejection (parked until capacity changes).
+
+    Found in the live fuzz corpus: small CPU pods that fit the default pool's nodes waited
+    "(no node could ever hold it)" in a pool another test had left, for the whole minute.
+    """
+    tiny = replace(node("tiny", gpus=0, group="s"), cpu_milli=100)
+    nodes = [tiny, node("d0", gpus=4)]
+    shared = one_pool(PoolMode.SHARED, name="s", node_selector=(("group", "s"),))
+    cluster = Cluster(
+        nodes,
+        PolicyConfig((shared,), (queue("q"),)),
+        replace(EASY, backfill_depth=1),
+    )
+    pending = [
+        work(whole("one"), "q", created_at=0),  # takes a GPU of d0
+        work(whole("big", 4), "q", created_at=1),  # then cannot fit: blocks the default pool
+        work(whole("filler"), "q", created_at=2),  # tried behind it: uses up the depth of 1
+        work(PodSpec("cpu", 500, 128), "q", created_at=3),
+    ]
+    _, big, _, cpu = cluster.cycle(pending, 10.0).decisions
+    assert isinstance(big, Wait)
+    assert isinstance(cpu, Wait)
+    assert cpu.reject is None, cpu.reason
+    assert ordering_wait(cpu.reason), cpu.reason
+    assert NEVER_FITS not in cpu.reason

@@ -26,25 +26,8 @@ from gpupool.kube.scheduler.preempting import Preemptions
 from gpupool.kube.scheduler.reason_text import readable
 from gpupool.kube.scheduler.state import ClusterState
 from gpupool.kube.scheduler.verdicts import Verdicts
-from gpupool.scheduling.decisions import Admit, CycleRequest, CycleResult, Preempt
+from gpupool.scheduling.decisions import Admit, CycleRequest, CycleResult, Preempt, ordering_wait
 from gpupool.scheduling.engine import PolicyEngine
-
-
-def ordering_wait(reason: str) -> bool:
-    """Whether the engine held a pod only behind others of this cycle, not for itself.
-
-    Such a pod (behind a blocked pod of its pool in strict order, or past the cycle's backfill
-    depth) has had no verdict of its own: it is tried again in the next cycle instead of being
-    parked until capacity changes, and its reason is written when it changes, so no pending
-    pod waits without one (with holders of reservations tried in every cycle, a pod behind
-    them was deferred in every cycle and never told why). A pod that would delay a backfill
-    reservation has one of its own (its own runtime decides it): it is parked with that
-    reason. Retried at once, it was tried alone in the next cycle, where nothing was blocked
-    and nothing reserved, and took the node the large pod waited for; with reservations that
-    hold across cycles it would be refused again in a loop. So is a pod skipped for the size
-    of one that failed (it carries that pod's rejection, which holds for it too).
-    """
-    return reason.startswith("waiting behind ")
 
 
 @dataclass
