@@ -466,3 +466,23 @@ async def grant_role(api: KubeAPI, namespace: str, user: str, rules: list[Json])
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
         },
     )
+
+
+async def delete_all_pods(api: KubeAPI, *namespaces: str) -> None:
+    """Delete the namespaces' pods at once (no grace) and wait until they are gone.
+
+    A module shares its cluster: pods left pending or bound with pod rules, extra resources or
+    host ports slowed every later scheduler, until the 2,000-pod burst timed out.
+    """
+    for namespace in namespaces:
+        await api.request(
+            "DELETE", f"/api/v1/namespaces/{namespace}/pods", body={"gracePeriodSeconds": 0}
+        )
+
+    async def gone() -> bool:
+        for namespace in namespaces:
+            if await list_pods(api, namespace):
+                return False
+        return True
+
+    await wait_for(gone, 120, "the pods deleted")

@@ -33,7 +33,7 @@ from .kube_rules_corpus import (
     node_taints,
     world_nodes,
 )
-from .live_helpers import SchedulerProcesses, pending_reason, wait_for
+from .live_helpers import SchedulerProcesses, delete_all_pods, pending_reason, wait_for
 
 PODS = 150
 SEEDS = tuple(int(s) for s in os.environ.get("GPUPOOL_DIFFERENTIAL_SEEDS", "7,8").split(","))
@@ -123,23 +123,6 @@ async def _remove(api: KubeAPI, namespaces: list[str], name: str) -> None:
     await wait_for(gone, 30, f"{name} deleted", interval=0.05)
 
 
-async def _clear(api: KubeAPI, namespaces: list[str]) -> None:
-    """Delete the worlds' pods and wait until they are gone: pods with pod rules, host ports
-    and other devices left behind would slow every later test's scheduler."""
-    for namespace in namespaces:
-        await api.request(
-            "DELETE", f"/api/v1/namespaces/{namespace}/pods", body={"gracePeriodSeconds": 0}
-        )
-
-    async def gone() -> bool:
-        for namespace in namespaces:
-            if (await api.get(f"/api/v1/namespaces/{namespace}/pods"))["items"]:
-                return False
-        return True
-
-    await wait_for(gone, 120, "the worlds' pods deleted")
-
-
 async def test_every_node_gpupool_chooses_is_one_kube_schedulers_filters_accept(
     api: KubeAPI,
     namespace: str,
@@ -193,7 +176,7 @@ async def test_every_node_gpupool_chooses_is_one_kube_schedulers_filters_accept(
                 await _remove(api, [ours, theirs], name)
     finally:
         control_plane.stop_process("kube-scheduler")
-        await _clear(api, [world for pair in worlds.values() for world in pair])
+        await delete_all_pods(api, *(world for pair in worlds.values() for world in pair))
     print(f"differential over seeds {SEEDS}: {tally}")  # shown with -s
     # the corpus exercises both outcomes, or it shows nothing
     assert tally["bound"] >= PODS * len(SEEDS) // 5, tally

@@ -14,6 +14,7 @@ from .live_helpers import (
     SchedulerProcesses,
     assert_no_gpu_given_twice,
     create_pods,
+    delete_all_pods,
     gpu_pod,
     list_pods,
     make_nodes,
@@ -141,25 +142,6 @@ async def _one_bound_one_waiting(api: KubeAPI, namespace: str, rdma_node: str) -
             assert bound[0]["spec"]["nodeName"] == rdma_node
 
 
-async def _delete_all_pods(api: KubeAPI, *namespaces: str) -> None:
-    """Delete a case's pods and wait until they are gone.
-
-    The cluster is shared by the module: pods left pending or bound with pod rules, extra
-    resources or host ports slowed every later scheduler, until the 2,000-pod burst timed out.
-    """
-    for namespace in namespaces:
-        for pod in await list_pods(api, namespace):
-            await api.delete(f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}")
-
-    async def gone() -> bool:
-        for namespace in namespaces:
-            if await list_pods(api, namespace):
-                return False
-        return True
-
-    await wait_for(gone, 60, "the case's pods to be deleted")
-
-
 async def test_extended_resources_and_host_ports_are_honoured_like_kube_scheduler(
     api: KubeAPI,
     namespace: str,
@@ -185,7 +167,7 @@ async def test_extended_resources_and_host_ports_are_honoured_like_kube_schedule
         await _one_bound_one_waiting(api, kube, kube_rdma_node)
     finally:
         control_plane.stop_process("kube-scheduler")
-    await _delete_all_pods(api, namespace, kube)
+    await delete_all_pods(api, namespace, kube)
 
 
 async def test_deleted_or_finished_pods_free_their_gpus_for_the_next_pod(
@@ -280,7 +262,7 @@ async def test_anti_affinity_and_topology_spread_place_replicas_as_kube_schedule
     assert pending[0][0] == "anti"
     assert "2 node(s) didn't match pod anti-affinity rules" in pending[0][1], pending[0][1]
     assert sorted(placed["spread"]) == [f"{namespace}-n000"] * 2 + [f"{namespace}-n001"] * 2
-    await _delete_all_pods(api, namespace)
+    await delete_all_pods(api, namespace)
 
 
 async def test_sigkill_in_a_burst_loses_nothing_and_gives_no_share_twice(
