@@ -40,7 +40,6 @@ from gpupool.scheduling.backfill import Blocked, Reservations, no_smaller
 from gpupool.scheduling.backfill_placement import clear_of_reservations
 from gpupool.scheduling.claim_placement import REASON_NO_ELIGIBLE, fails_by_size, restrict_choice
 from gpupool.scheduling.decisions import (
-    WAITING_BEHIND,
     Admit,
     CycleRequest,
     CycleResult,
@@ -48,6 +47,7 @@ from gpupool.scheduling.decisions import (
     Preempt,
     Wait,
     ordering_wait,
+    waiting_behind,
 )
 from gpupool.scheduling.never_fits import NeverFits, saying_never
 from gpupool.scheduling.nominated import drop_nominations_on, nomination_checks
@@ -160,12 +160,8 @@ class Cycle:
             first = routes[0]
             units = self.engine.policy.pending_units(workload.pod, first)
             held = hold_reason(self.tables, self.layout, self.ledger, queue, first, units)
-            head = self.blocked[first][0].workload.name
-            return Wait(
-                workload,
-                queue,
-                held or f"{WAITING_BEHIND}{head} in pool {self.layout.pools[first].name}",
-            )
+            head = (self.blocked[first][0].workload.name, self.layout.pools[first].name)
+            return Wait(workload, queue, held or waiting_behind(head))
         reason = ""
         reject: Reject | None = None
         behind = ""
@@ -184,11 +180,9 @@ class Cycle:
         return Wait(workload, queue, reason, reject)
 
     def _all_closed_reason(self) -> str:
-        heads = ", ".join(
-            f"{heads[0].workload.name} in pool {self.layout.pools[p].name}"
-            for p, heads in self.blocked.items()
-        )
-        return f"{WAITING_BEHIND}{heads}"
+        pools = self.layout.pools
+        heads = [(blocked[0].workload.name, pools[p].name) for p, blocked in self.blocked.items()]
+        return waiting_behind(*heads)
 
     def _closed(self, pool: int) -> bool:
         """Whether nothing more may start in ``pool`` this cycle (strict order or depth)."""
@@ -249,10 +243,10 @@ class Cycle:
         if heads is not None:
             name = heads[0].workload.name
             if not self.engine.options.backfill:
-                return f"{WAITING_BEHIND}{name} in pool {pool_name} (strict order)"
+                return waiting_behind((name, pool_name), why="strict order")
             self.examined[pool] = self.examined.get(pool, 0) + 1
             if self.examined[pool] > self.engine.options.backfill_depth and not held:
-                return f"{WAITING_BEHIND}{name} in pool {pool_name} (backfill depth reached)"
+                return waiting_behind((name, pool_name), why="backfill depth reached")
         nominated = attempt.workload.name in self.nominations  # its node is open to it alone
         pod = attempt.workload.pod
         failed = (

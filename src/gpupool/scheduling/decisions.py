@@ -169,6 +169,15 @@ def ordering_wait(reason: str) -> bool:
     return reason.startswith(WAITING_BEHIND)
 
 
+def waiting_behind(*heads: tuple[str, str], why: str = "") -> str:
+    """The ordering wait's reason, naming each (pod, pool) it waits behind and ``why``.
+
+    The one writer of the text :func:`ordering_wait` recognises, so the two cannot drift.
+    """
+    named = ", ".join(f"{pod} in pool {pool}" for pod, pool in heads)
+    return f"{WAITING_BEHIND}{named}" + (f" ({why})" if why else "")
+
+
 @dataclass(frozen=True, slots=True)
 class Wait:
     """Keep a pod pending.
