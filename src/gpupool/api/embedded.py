@@ -56,7 +56,7 @@ class DemoView:
                 info[name] = PodInfo(key=name, team=tables.queues[queue].name)
             return SnapshotView(
                 cluster.snapshot.copy(),
-                [(w.pod, cluster.reasons.get(name, "")) for name, w in cluster.pending.items()],
+                [(w.pod, cluster.causes.get(name)) for name, w in cluster.pending.items()],
                 info=info,
                 source=self.source,
                 pool_list=_pools(cluster),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from gpupool.api.sources import SnapshotView
 from gpupool.core.model import NodeSpec, PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
+from gpupool.scheduling.wait_cause import WaitCause, WaitKind
 
 A100_MIB = 81920
 T4_MIB = 16384
@@ -36,12 +37,18 @@ PLACED = (
 WAITING = (
     (
         PodSpec("vision/train-1", 16000, 128000, gpu_count=4, gpu_milli=1000),
-        "0/3 nodes are available: 2 Insufficient gpupool.io/gpu, 1 node(s) had too few GPUs.",
+        WaitCause(
+            WaitKind.RESOURCES,
+            "0/3 nodes are available: 2 Insufficient gpupool.io/gpu, 1 node(s) had too few GPUs.",
+        ),
     ),
     (
         PodSpec("research/big-notebook", 1000, 8000, 1, 600, 70000, frozenset({"T4"})),
-        "0/3 nodes are available: 1 Insufficient gpupool.io/gpu-memory, "
-        "2 node(s) didn't match Pod's GPU model.",
+        WaitCause(
+            WaitKind.RESOURCES,
+            "0/3 nodes are available: 1 Insufficient gpupool.io/gpu-memory, "
+            "2 node(s) didn't match Pod's GPU model.",
+        ),
     ),
 )
 

@@ -39,6 +39,10 @@ from gpupool.policy.membership import pod_queue
 from gpupool.policy.spec import QueueSpec
 from gpupool.policy.usage import pool_usage, queue_usage
 from gpupool.policy.workload import Workload
+from gpupool.scheduling.wait_cause import WaitCause, WaitKind, category
+
+QueuedPod = tuple[str, int, WaitKind | None]
+"""A pending pod's entry in the live queue: its reason, attempts, and what holds it."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ class SnapshotView:
     Args:
         cluster: The snapshot (pods are named ``namespace/name``; the team is the namespace
             unless ``info`` says otherwise).
-        waiting_pods: Pending pods with their reasons, in scheduling order.
+        waiting_pods: Pending pods with why they wait (``None``: not tried), in scheduling order.
         info: Who pods are, by snapshot name (default: from the name).
         uuids: GPU UUIDs per node.
         source: What to report as the source.
@@ -105,7 +109,7 @@ class SnapshotView:
     """
 
     cluster: ClusterSnapshot | None
-    waiting_pods: Sequence[tuple[PodSpec, str]] = ()
+    waiting_pods: Sequence[tuple[PodSpec, WaitCause | None]] = ()
     info: Mapping[str, PodInfo] = field(default_factory=dict)
     uuids: Mapping[str, Sequence[str]] = field(default_factory=dict)
     source: str = "snapshot"
@@ -178,12 +182,18 @@ def charged_queue(queues: Sequence[QueueSpec]) -> Team:
 
 
 def _given(
-    waiting: Sequence[tuple[PodSpec, str]],
+    waiting: Sequence[tuple[PodSpec, WaitCause | None]],
     who: Callable[[str], PodInfo],
     workloads: Mapping[str, Workload],
 ) -> list[Waiting]:
     return [
-        Waiting(spec, who(spec.name), why, workload=workloads.get(spec.name))
+        Waiting(
+            spec,
+            who(spec.name),
+            why.text() if why is not None else "",
+            workload=workloads.get(spec.name),
+            category=category(why.kind if why is not None else None),
+        )
         for spec, why in waiting
     ]
 
@@ -197,12 +207,12 @@ def _info(pod: PodRecord, team: Team) -> PodInfo:
 
 def _waiting(
     pods: Mapping[str, PodRecord],
-    entries: Mapping[str, tuple[str, int]],
+    entries: Mapping[str, QueuedPod],
     team: Team,
     queues: Sequence[QueueSpec],
     volumes: Mapping[str, tuple[RequiredTerms, ...]],
 ) -> list[Waiting]:
-    """Pending pods in the scheduler's order, from records and (reason, attempts) per uid.
+    """Pending pods in the scheduler's order, from records and their queue entries by uid.
 
     ``queues`` decide each pod's class as the scheduler decides it, so the API never shows a
     class the pod's queue does not allow; ``volumes``: what each pod's volumes require of its
@@ -210,14 +220,13 @@ def _waiting(
     """
     result = []
     for pod in sorted((pods[uid] for uid in entries if uid in pods), key=pod_order):
-        reason, attempts = entries[pod.metadata.uid]
+        reason, attempts, kind = entries[pod.metadata.uid]
         try:
             spec = with_groups(pod_spec(pod), volumes.get(pod.metadata.uid, ()))
         except InvalidObjectError:
-            result.append(Waiting(None, _info(pod, team), reason, attempts))
-            continue
-        workload = workload_of(pod, spec, queues)
-        result.append(Waiting(spec, _info(pod, team), reason, attempts, workload))
+            spec = None
+        workload = workload_of(pod, spec, queues) if spec is not None else None
+        result.append(Waiting(spec, _info(pod, team), reason, attempts, workload, category(kind)))
     return result
 
 
@@ -308,12 +317,14 @@ class LiveView:
                 found[uid] = groups
         return found
 
-    def _entries(self) -> dict[str, tuple[str, int]]:
+    def _entries(self) -> dict[str, QueuedPod]:
         entries = self.scheduler.queue.entries
         result = {}
         for uid in self.scheduler.state.pending:
             entry = entries.get(uid)
-            result[uid] = (entry.reason, entry.attempts) if entry is not None else ("", 0)
+            result[uid] = (
+                (entry.reason, entry.attempts, entry.kind) if entry is not None else ("", 0, None)
+            )
         return result
 
     def pools(self) -> list[Pool]:

@@ -29,7 +29,6 @@ from gpupool.api.model import (
 )
 from gpupool.core.model import MILLI_PER_GPU, PodSpec, RequestKind
 from gpupool.core.snapshot import ClusterSnapshot
-from gpupool.kube.controlplane.metrics import pending_reason
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.spec import DEFAULT_POOL
 from gpupool.policy.units import (
@@ -41,6 +40,7 @@ from gpupool.policy.units import (
 )
 from gpupool.policy.usage import PoolUsage, QueueUsage
 from gpupool.policy.workload import Workload
+from gpupool.scheduling.wait_cause import NOT_TRIED
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +71,7 @@ class Waiting:
         info: Who it is.
         reason: The scheduler's last message ("" when not tried yet).
         attempts: Scheduling attempts so far.
+        category: What holds it (:data:`~gpupool.scheduling.wait_cause.PENDING_CATEGORIES`).
         workload: The pod as the policy engine sees it (namespace, queue, class, pool wish), so
             ``explain`` can route it as the engine does; None when the view knows only the
             request.
@@ -81,6 +82,7 @@ class Waiting:
     reason: str
     attempts: int = 0
     workload: Workload | None = None
+    category: str = NOT_TRIED
 
 
 class ClusterView(Protocol):
@@ -250,7 +252,7 @@ def pending(view: ClusterView) -> list[PendingPod]:
                 mig_profile=spec.mig_profile if spec else "",
                 kind=spec.kind.value if spec else "none",
                 reason=waiting.reason,
-                category=pending_reason(waiting.reason),
+                category=waiting.category,
                 position=position,
                 attempts=waiting.attempts,
             )

@@ -19,6 +19,7 @@ from gpupool.core.filtering import NodeCheck
 from gpupool.core.model import RequestKind
 from gpupool.policy.workload import Workload
 from gpupool.scheduling.backfill import Blocked, delayed_nodes
+from gpupool.scheduling.wait_cause import WaitCause, WaitKind
 
 if TYPE_CHECKING:
     from gpupool.scheduling.cycle import Cycle
@@ -32,7 +33,7 @@ def clear_of_reservations(
     heads: list[Blocked],
     decision: Bind,
     checks: tuple[NodeCheck, ...],
-) -> Bind | str:
+) -> Bind | WaitCause:
     """``decision`` if it cannot delay a reservation of the pool, else a placement away.
 
     A pod's own reservation does not hold it back (else a holder tried behind another
@@ -65,7 +66,9 @@ def clear_of_reservations(
     reservation = min(
         (r for r in reservations if r.node == decision.node), key=lambda r: r.start_at
     )
-    return (
-        f"backfill: would delay {reservation.pod}, reserved on node "
-        f"{snapshot.node_names[reservation.node]} from t={reservation.start_at:.0f}s"
+    return WaitCause(
+        WaitKind.RESERVATION,
+        pods=(reservation.pod,),
+        node=snapshot.node_names[reservation.node],
+        at=reservation.start_at,
     )

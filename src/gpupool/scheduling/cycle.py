@@ -46,15 +46,14 @@ from gpupool.scheduling.decisions import (
     EngineDecision,
     Preempt,
     Wait,
-    ordering_wait,
-    waiting_behind,
 )
-from gpupool.scheduling.never_fits import NeverFits, saying_never
+from gpupool.scheduling.never_fits import NeverFits, never_fits
 from gpupool.scheduling.nominated import drop_nominations_on, nomination_checks
 from gpupool.scheduling.ordering import order_pending, priority_of
 from gpupool.scheduling.preemption import VictimChoice
 from gpupool.scheduling.runtime import expected_ends
 from gpupool.scheduling.victims import Attempt, VictimSearch
+from gpupool.scheduling.wait_cause import WaitCause, WaitKind, rejected, waiting_behind
 
 if TYPE_CHECKING:
     from gpupool.scheduling.engine import PolicyEngine
@@ -154,32 +153,27 @@ class Cycle:
         queue_name = self.tables.queues[queue].name
         routes = self.engine.route(workload, queue_name)
         if isinstance(routes, str):
-            return Wait(workload, queue, routes)
+            return Wait(workload, queue, WaitCause(WaitKind.POOL, routes))
         holder = workload.name in self.reservations.holders
         if not holder and all(self._closed(pool) for pool in routes):
             first = routes[0]
             units = self.engine.policy.pending_units(workload.pod, first)
             held = hold_reason(self.tables, self.layout, self.ledger, queue, first, units)
             head = (self.blocked[first][0].workload.name, self.layout.pools[first].name)
-            return Wait(workload, queue, held or waiting_behind(head))
-        reason = ""
-        reject: Reject | None = None
-        behind = ""
+            cause = WaitCause(WaitKind.QUOTA, held) if held else waiting_behind(head)
+            return Wait(workload, queue, cause)
+        causes: list[WaitCause] = []
         for pool in routes:
             outcome = self._try_pool(workload, queue, pool)
-            if isinstance(outcome, Reject):
-                reject = reject or outcome
-                reason = reason or outcome.message
-            elif isinstance(outcome, str):
-                reason = reason or outcome
-                behind = behind or (outcome if ordering_wait(outcome) else "")
-            else:
+            if not isinstance(outcome, WaitCause):
                 return outcome
-        if behind:  # a pool it was not tried in may take it: try again next cycle, not parked
-            return Wait(workload, queue, behind)
-        return Wait(workload, queue, reason, reject)
+            causes.append(outcome)
+        # behind others in one pool, it may be taken by a pool it was not tried in: try it again
+        # next cycle rather than parking it with another pool's verdict
+        behind = [cause for cause in causes if cause.kind is WaitKind.BEHIND]
+        return Wait(workload, queue, (behind or causes)[0])
 
-    def _all_closed_reason(self) -> str:
+    def _all_closed_reason(self) -> WaitCause:
         pools = self.layout.pools
         heads = [(blocked[0].workload.name, pools[p].name) for p, blocked in self.blocked.items()]
         return waiting_behind(*heads)
@@ -191,12 +185,10 @@ class Cycle:
         options = self.engine.options
         return not options.backfill or self.examined.get(pool, 0) >= options.backfill_depth
 
-    def _try_pool(
-        self, workload: Workload, queue: int, pool: int
-    ) -> Admit | Preempt | Reject | str:
+    def _try_pool(self, workload: Workload, queue: int, pool: int) -> Admit | Preempt | WaitCause:
         pod = workload.pod
         if not self.layout.node_count[pool]:
-            return self.layout.empty_reason(pool)
+            return WaitCause(WaitKind.POOL, self.layout.empty_reason(pool))
         units = self.engine.policy.pending_units(pod, pool)
         priority = priority_of(self.tables, queue, workload)
         held = (
@@ -207,30 +199,32 @@ class Cycle:
         attempt = Attempt(workload, queue, pool, units, priority)
         if held:
             choice = self._victims_for_quota(attempt)
-            return held if choice is None else self._nominate(attempt, choice)
+            if choice is None:
+                return WaitCause(WaitKind.QUOTA, held)
+            return self._nominate(attempt, choice)
         heads = self.blocked.get(pool)
         if heads is not None or pool in self.failed:
             refusal = self._order_refusal(attempt, heads)
-            if refusal:
+            if refusal is not None:
                 return refusal
         checks = self.checks(pool, workload, queue)
         decision = self.engine.scheduler.schedule(self.snapshot, pod, checks)
         if isinstance(decision, Bind):
-            placed: Bind | str = decision
+            placed: Bind | WaitCause = decision
             if heads is not None or self.reservations.binding(pool):
                 placed = clear_of_reservations(
                     self, workload, queue, pool, heads or [], decision, checks
                 )
             placed = self._eligible_gpus(workload, placed)
-            if isinstance(placed, str):
+            if isinstance(placed, WaitCause):
                 return placed
             return self._admit(workload, queue, pool, placed, backfilled=heads is not None)
         return self._unplaced(attempt, checks, decision)
 
     def _order_refusal(
         self, attempt: Attempt, heads: list[Blocked] | None
-    ) -> Preempt | Reject | str:
-        """Why the pool's order keeps a pod from being tried now ("" if it may be, or holds).
+    ) -> Preempt | WaitCause | None:
+        """Why the pool's order keeps a pod from being tried now (``None`` if it may be).
 
         A pod no smaller than one that failed by size here this cycle gets that pod's rejection,
         naming it (every node that refused it refuses this one), so it waits for capacity with
@@ -260,19 +254,16 @@ class Cycle:
                 return self._nominate(attempt, choice)
             if heads is not None:  # blocked as surely as if it had been tried
                 self._block(pool, attempt)
-            message = (
-                f"{failed.message.rstrip('.')} (found for {failed.pod.name}, which asks no more)."
-            )
-            return Reject(pod=pod, message=message, reasons=failed.reasons)
-        return ""
+            return rejected(replace(failed, pod=pod), like=failed.pod.name)
+        return None
 
     def _unplaced(
         self, attempt: Attempt, checks: tuple[NodeCheck, ...], decision: Reject
-    ) -> Preempt | Reject | str:
+    ) -> Preempt | WaitCause:
         """Nothing fits: wait for a nomination, preempt, or become the pool's blocked head."""
         workload, pool = attempt.workload, attempt.pool
         if self.never_fits.in_pool(workload, pool):  # nothing to wait for here: it blocks nothing
-            return saying_never(decision)
+            return never_fits(decision)
         failed = self.failed.setdefault(pool, [])
         eligibility = self.request.eligibility.get(workload.name)
         if (
@@ -283,12 +274,12 @@ class Cycle:
             failed.append(decision)
         if workload.name in self.nominations:
             node = self.snapshot.node_names[self.nominations[workload.name]]
-            return f"nominated to node {node}: waiting for preempted pods to terminate"
+            return WaitCause(WaitKind.PREEMPTING, node=node)
         choice = self._victim_search(attempt, checks)
         if choice is not None:
             return self._nominate(attempt, choice)
         self._block(pool, attempt)
-        return decision
+        return rejected(decision)
 
     def _victim_search(
         self, attempt: Attempt, checks: tuple[NodeCheck, ...] | None = None
@@ -341,18 +332,18 @@ class Cycle:
         """A blocked pod's checks for finding its reservation: its claim's devices emptied."""
         return self.checks(pool, head.workload, head.queue, freed=True)
 
-    def _eligible_gpus(self, workload: Workload, placed: Bind | str) -> Bind | str:
+    def _eligible_gpus(self, workload: Workload, placed: Bind | WaitCause) -> Bind | WaitCause:
         """A claim pod's placement with the policy's GPUs kept to those its claim may use.
 
         The node check already passed only nodes with enough eligible free GPUs; without this
         the policy could still pick, on such a node, a GPU the claim's selectors exclude.
         """
         eligibility = self.request.eligibility.get(workload.name)
-        if eligibility is None or isinstance(placed, str) or not placed.gpus:
+        if eligibility is None or isinstance(placed, WaitCause) or not placed.gpus:
             return placed
         gpus = restrict_choice(self.snapshot, workload.pod, placed.node, eligibility, placed.gpus)
         if gpus is None:
-            return REASON_NO_ELIGIBLE
+            return WaitCause(WaitKind.NODE_CONSTRAINTS, REASON_NO_ELIGIBLE)
         return replace(placed, gpus=gpus)
 
     def _admit(

@@ -7,8 +7,9 @@ Binding and Evictions through the API server); keeping these types apart from th
 
 * :class:`Admit`: bind this pod there (the core's :class:`~gpupool.core.decisions.Bind`), charge
   that many milli-units to its queue in that pool;
-* :class:`Wait`: the pod stays pending, with a reason naming the rule (a quota limit, a pool
-  that refuses it, the pod it waits behind, or kube-scheduler's capacity sentence);
+* :class:`Wait`: the pod stays pending, with its cause as data
+  (:class:`~gpupool.scheduling.wait_cause.WaitCause`: a quota limit, a pool that refuses it,
+  the pods it waits behind, or the placement's rejection in kube-scheduler's words);
 * :class:`Preempt`: evict these victims for that pod, which is nominated to that node.
 """
 
@@ -27,6 +28,7 @@ from gpupool.scheduling.claim_placement import GpuEligibility
 from gpupool.scheduling.disruption import NO_BUDGETS, DisruptionBudgets
 from gpupool.scheduling.preemption import Rule
 from gpupool.scheduling.runtime import RuntimeEstimator
+from gpupool.scheduling.wait_cause import WaitCause
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,32 +154,6 @@ class Admit:
         )
 
 
-WAITING_BEHIND = "waiting behind "
-"""How every ordering wait's reason begins: held only behind other pods of this cycle."""
-
-
-def ordering_wait(reason: str) -> bool:
-    """Whether ``reason`` holds a pod only behind others of this cycle, not for itself.
-
-    Such a pod (behind a blocked pod of its pool in strict order, or past the cycle's backfill
-    depth) has had no verdict of its own: it is tried again in the next cycle instead of being
-    parked until capacity changes, so no pending pod waits without a reason of its own. A pod
-    that would delay a backfill reservation, or skipped for the size of one that failed, has a
-    verdict of its own and is parked with it (retried at once, it would take the node a large
-    pod waits for, or be refused again in a loop).
-    """
-    return reason.startswith(WAITING_BEHIND)
-
-
-def waiting_behind(*heads: tuple[str, str], why: str = "") -> str:
-    """The ordering wait's reason, naming each (pod, pool) it waits behind and ``why``.
-
-    The one writer of the text :func:`ordering_wait` recognises, so the two cannot drift.
-    """
-    named = ", ".join(f"{pod} in pool {pool}" for pod, pool in heads)
-    return f"{WAITING_BEHIND}{named}" + (f" ({why})" if why else "")
-
-
 @dataclass(frozen=True, slots=True)
 class Wait:
     """Keep a pod pending.
@@ -185,15 +161,22 @@ class Wait:
     Attributes:
         workload: The pod.
         queue: Queue index.
-        reason: Why, naming the rule, queue, limit and pool where one applies.
-        reject: The placement's rejection (per-reason node counts) when the pod waits for
-            capacity; ``None`` when a policy rule holds it.
+        cause: Why, as data (:mod:`gpupool.scheduling.wait_cause`).
     """
 
     workload: Workload
     queue: int
-    reason: str
-    reject: Reject | None = None
+    cause: WaitCause
+
+    @property
+    def reason(self) -> str:
+        """Why, in the engine's words (pods by workload name, times in the cycle's clock)."""
+        return self.cause.text()
+
+    @property
+    def reject(self) -> Reject | None:
+        """The placement's rejection when the pod waits for capacity, else ``None``."""
+        return self.cause.reject
 
 
 @dataclass(frozen=True, slots=True)

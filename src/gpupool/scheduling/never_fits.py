@@ -18,6 +18,7 @@ from gpupool.core.filtering import NodeCheck, admissible, filter_nodes, mask_of
 from gpupool.policy.workload import Workload
 from gpupool.scheduling.candidates import could_hold
 from gpupool.scheduling.decisions import CycleRequest, Wait
+from gpupool.scheduling.wait_cause import WaitCause, rejected
 
 if TYPE_CHECKING:
     from gpupool.scheduling.engine import PolicyEngine
@@ -85,10 +86,11 @@ class NeverFits:
             return None
         pod = workload.pod
         found = filter_nodes(self.snapshot, pod, checks(pools[0], workload, queue))
-        reject = saying_never(Reject(pod=pod, message=found.message(), reasons=found.reasons()))
-        return Wait(workload, queue, reject.message, reject)
+        reject = Reject(pod=pod, message=found.message(), reasons=found.reasons())
+        return Wait(workload, queue, never_fits(reject))
 
 
-def saying_never(reject: Reject) -> Reject:
-    """``reject`` saying that no node could ever hold the pod."""
-    return replace(reject, message=f"{reject.message.rstrip('.')} ({NEVER_FITS}).")
+def never_fits(reject: Reject) -> WaitCause:
+    """The wait of a pod ``reject`` refused, saying that no node could ever hold it."""
+    saying = replace(reject, message=f"{reject.message.rstrip('.')} ({NEVER_FITS}).")
+    return rejected(saying, never=True)

@@ -19,6 +19,7 @@ from importlib import resources
 
 from gpupool.governance.rules import Limits
 from gpupool.policy.units import MILLI_UNITS
+from gpupool.scheduling.wait_cause import WaitCause
 from gpupool.sim.demo_workload import DemoArrivals, demo_nodes
 from gpupool.sim.embedded import ClusterEvent, EmbeddedCluster
 from gpupool.sim.policy_file import parse_policy_text
@@ -127,7 +128,7 @@ class DemoSession:
                             ceiling=ceiling / MILLI_UNITS if ceiling is not None else None,
                         )
                     )
-            reasons = Counter(_short(reason) for reason in cluster.reasons.values())
+            reasons = Counter(_short(cause) for cause in cluster.causes.values())
             return Summary(
                 now=cluster.now,
                 capacity_units=int(layout.capacity.sum()) / MILLI_UNITS,
@@ -143,6 +144,6 @@ class DemoSession:
             )
 
 
-def _short(reason: str) -> str:
+def _short(cause: WaitCause | None) -> str:
     """How a pending reason is counted in the summary."""
-    return reason or "not tried yet"
+    return cause.text() if cause is not None else "not tried yet"

@@ -33,6 +33,7 @@ from gpupool.policy.units import MILLI_UNITS
 from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.decisions import Admit, Preempt, Wait
 from gpupool.scheduling.registry import PolicyContext, build_policy
+from gpupool.scheduling.wait_cause import WaitCause, WaitKind
 from gpupool.sim.cluster import SimulatedCluster
 from gpupool.sim.governing import WarnedPods
 
@@ -89,7 +90,8 @@ class EmbeddedCluster(SimulatedCluster):
         ranks = np.arange(len(nodes), dtype=np.int64)
         super().__init__(nodes, config, Scheduler(policy, ranks))
         self.limits = dict(limits or {})
-        self.reasons: dict[str, str] = {}
+        self.causes: dict[str, WaitCause | None] = {}
+        """Why each pending pod waits (``None``: not decided yet)."""
         self.usage: dict[str, float] = {}
         self.events: deque[ClusterEvent] = deque(maxlen=RECENT_EVENTS)
         self.preemptions = 0
@@ -105,7 +107,7 @@ class EmbeddedCluster(SimulatedCluster):
         """A pod arrives now."""
         workload = submission.workload
         self._submissions[workload.name] = submission
-        self.reasons[workload.name] = ""
+        self.causes[workload.name] = None
         self.arrive(workload, submission.duration)
 
     def advance(self, seconds: float) -> None:
@@ -145,14 +147,14 @@ class EmbeddedCluster(SimulatedCluster):
     def _reclaim(self, name: str, detail: str) -> None:
         self.reclaims += 1
         self.withdraw(name)
-        self.reasons.pop(name, None)
+        self.causes.pop(name, None)
         self._submissions.pop(name, None)
         self.events.append(ClusterEvent(self.now, "reclaim", name, detail))
 
     def on_start(self, decision: Admit, record: Running) -> None:
         """Draw the pod's usage; tell the ticker."""
         name, bind = record.workload.name, decision.bind
-        self.reasons.pop(name, None)
+        self.causes.pop(name, None)
         idle = self._submissions[name].idle
         self.usage[name] = 0.0 if idle else float(self._usage_rng.uniform(35, 95))
         gpus = ",".join(str(g) for g in bind.gpus) or "-"
@@ -174,7 +176,7 @@ class EmbeddedCluster(SimulatedCluster):
         """The victim waits again, and says for whom."""
         victim, preemptor = record.workload.name, decision.workload.name
         self.preemptions += 1
-        self.reasons[victim] = f"preempted for {preemptor}"
+        self.causes[victim] = WaitCause(WaitKind.OTHER, f"preempted for {preemptor}")
         detail = f"{decision.rule.value} for {preemptor} on {decision.node_name}"
         self.events.append(ClusterEvent(self.now, "preempt", victim, detail))
 
@@ -186,5 +188,5 @@ class EmbeddedCluster(SimulatedCluster):
         self.events.append(ClusterEvent(self.now, "finish", name, ""))
 
     def on_wait(self, decision: Wait) -> None:
-        """Keep the engine's reason for the dashboard."""
-        self.reasons[decision.workload.name] = decision.reason
+        """Keep the engine's cause for the dashboard."""
+        self.causes[decision.workload.name] = decision.cause

@@ -32,7 +32,9 @@ def test_a_pod_asking_for_an_unoffered_resource_waits_and_is_explained() -> None
     demo.advance(60.0)
     with demo.locked() as cluster:
         assert RDMA_POD in cluster.pending
-        assert "Insufficient example.com/rdma" in cluster.reasons[RDMA_POD]
+        cause = cluster.causes[RDMA_POD]
+        assert cause is not None
+        assert "Insufficient example.com/rdma" in cause.text()
     with TestClient(create_api(DemoView(demo))) as client:
         answer = client.get(f"/api/v1/pending/{RDMA_POD}")
     assert answer.status_code == 200, answer.text

@@ -10,6 +10,7 @@ from gpupool.api.explain import NotPendingError, explain
 from gpupool.api.sources import SnapshotView
 from gpupool.core.model import NodeSpec, PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
+from gpupool.scheduling.wait_cause import WaitCause, WaitKind
 
 
 def test_nodes_list_every_gpu_with_its_shares() -> None:
@@ -91,7 +92,8 @@ def test_explain_unknown_pod() -> None:
 def test_views_never_change_the_snapshot() -> None:
     snapshot = ClusterSnapshot([NodeSpec("n", 1000, 1000, gpu_count=1, gpu_model="T4")])
     snapshot.bind(PodSpec("a/p", 100, 100, 1, 500), 0, (0,))
-    waiting = [(PodSpec("a/q", 100, 100, 1, 800), "0/1 nodes are available: 1 Insufficient")]
+    why = WaitCause(WaitKind.RESOURCES, "0/1 nodes are available: 1 Insufficient")
+    waiting = [(PodSpec("a/q", 100, 100, 1, 800), why)]
     source = SnapshotView(snapshot, waiting)
     before = (snapshot.gpu_free.copy(), dict(snapshot.allocations), snapshot.node_gen.copy())
     view.nodes(source)

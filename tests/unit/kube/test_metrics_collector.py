@@ -8,7 +8,7 @@ from prometheus_client import generate_latest
 
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.client.informer import ADDED
-from gpupool.kube.controlplane.metrics import pending_reason, scheduler_registry
+from gpupool.kube.controlplane.metrics import scheduler_registry
 from gpupool.kube.scheduler.config import LiveConfig
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.kube.scheduler.observe import LatencyHistogram
@@ -22,28 +22,6 @@ def _scheduler() -> LiveScheduler:
     # never sends a request: the test runs cycles in which nothing fits
     api = KubeAPI(httpx2.AsyncClient(base_url="https://127.0.0.1:1"))
     return LiveScheduler(api, LiveConfig(identity="test"))
-
-
-def test_pending_reasons_are_categories_not_messages() -> None:
-    assert pending_reason("") == "not_tried"
-    assert pending_reason("invalid request: spec.containers[0]...: must be 1..100") == (
-        "invalid_request"
-    )
-    assert (
-        pending_reason(
-            "0/42 nodes are available: 40 node(s) didn't match Pod's node affinity/selector, "
-            "2 Insufficient gpupool.io/gpu."
-        )
-        == "insufficient_resources"
-    )
-    assert pending_reason("0/3 nodes are available: 3 node(s) had untolerated taint.") == (
-        "node_constraints"
-    )
-    assert pending_reason("queue research: ceiling 12 GPU units reached in pool a100") == "quota"
-    assert pending_reason("nominated to node n0: preempting 2 pod(s) (rule priority)") == (
-        "preempting"
-    )
-    assert pending_reason("something new") == "other"
 
 
 def test_latency_histogram_buckets_are_cumulative() -> None:
@@ -65,7 +43,8 @@ async def test_collector_reads_the_scheduler_at_scrape_time() -> None:
     registry = scheduler_registry(scheduler, lambda: leading[0])
     scheduler.state.restart()  # leading: the cache keeps a snapshot
     scheduler._on_node(ADDED, node("n0", gpus=1))
-    scheduler._on_pod(ADDED, pod("big", gpus=2))  # never fits: Insufficient
+    scheduler._on_pod(ADDED, pod("big", gpus=2))  # no node could ever hold it
+    scheduler._on_pod(ADDED, pod("waits", gpus=1))  # fits once "bound" ends: Insufficient
     scheduler._on_pod(ADDED, pod("bad", gpus=1, cores=150))  # cannot be read
     scheduler._on_pod(ADDED, pod("bound", gpus=1, node="n0"))  # holds the only GPU
     await scheduler.cycle()
@@ -81,14 +60,15 @@ async def test_collector_reads_the_scheduler_at_scrape_time() -> None:
     def value(name: str, **labels: str) -> float | None:
         return registry.get_sample_value(P + name, labels)
 
+    assert value("pending_pods", reason="never_fits") == 1
     assert value("pending_pods", reason="insufficient_resources") == 1
     assert value("pending_pods", reason="invalid_request") == 1
     assert value("pending_pods", reason="not_tried") == 1
     assert value("pending_pods", reason="node_constraints") == 0
-    assert value("schedule_attempts_total", result="unschedulable") == 2
+    assert value("schedule_attempts_total", result="unschedulable") == 3
     assert value("schedule_attempts_total", result="scheduled") == 1
     assert value("schedule_attempts_total", result="error") == 0
-    assert value("scheduling_duration_seconds_count") == 1  # one decision (the invalid: none)
+    assert value("scheduling_duration_seconds_count") == 2  # two decisions (the invalid: none)
     assert value("binds_total") == 3
     assert value("bind_errors_total", reason="conflict") == 1
     assert value("bind_errors_total", reason="transport") == 0

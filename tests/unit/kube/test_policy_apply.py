@@ -13,7 +13,6 @@ from typing import Any
 from gpupool.kube.client.informer import ADDED, DELETED, MODIFIED
 from gpupool.kube.objects import allocation
 from gpupool.kube.policy.book import epoch_seconds
-from gpupool.scheduling.decisions import ordering_wait
 from gpupool.scheduling.runtime import DEFAULT_RUNTIME
 
 from .builders import SIGNER, annotated, node, pod
@@ -169,15 +168,6 @@ async def test_a_budget_refusing_the_eviction_becomes_the_preemptors_reason() ->
         assert all(method != "DELETE" for method, _, _ in recorder.requests)
     finally:
         scheduler.preemptions.evictor.cancel_all()
-
-
-def test_only_waits_behind_other_pods_are_retried_at_once() -> None:
-    assert ordering_wait("waiting behind big in pool default")
-    assert ordering_wait("waiting behind big in pool default (backfill depth reached)")
-    # its own verdict: parked with the reason, not retried alone where nothing is reserved
-    assert not ordering_wait("backfill: would delay big, reserved on node n0 from t=5s")
-    assert not ordering_wait("queue q: ceiling 1 GPU units reached in pool x")
-    assert not ordering_wait("0/3 nodes are available: 3 Insufficient gpupool.io/gpu.")
 
 
 async def test_status_reports_a_node_two_pools_select_and_a_queue_left_out() -> None:

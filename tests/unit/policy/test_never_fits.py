@@ -18,8 +18,9 @@ from gpupool.core.constraints import NodeConstraints
 from gpupool.core.model import PodSpec
 from gpupool.policy.spec import PolicyConfig, PoolMode
 from gpupool.policy.workload import Workload
-from gpupool.scheduling.decisions import EASY, Admit, Wait, ordering_wait
+from gpupool.scheduling.decisions import EASY, Admit, Wait
 from gpupool.scheduling.never_fits import NEVER_FITS
+from gpupool.scheduling.wait_cause import WaitKind
 
 from .builders import Cluster, node, one_pool, queue, whole, work
 from .test_reservations import two_busy_nodes
@@ -51,6 +52,7 @@ def test_a_pod_no_node_could_ever_hold_says_so_and_holds_no_reservation(shape: s
     never, big, one = result.decisions
     assert isinstance(never, Wait)
     assert never.reject is not None  # it waits for the cluster to change, not for others
+    assert never.cause.kind is WaitKind.NEVER_FITS
     assert never.reason.startswith("0/2 nodes are available: ")
     assert never.reason.endswith(f" ({NEVER_FITS}).")
     assert [r.pod for held in result.reservations.values() for r in held] == ["big"]
@@ -86,6 +88,7 @@ def test_a_pod_skipped_for_the_size_of_one_that_failed_carries_its_rejection() -
     assert isinstance(first, Wait)
     assert isinstance(second, Wait)
     assert second.reject is not None
+    assert (second.cause.kind, second.cause.pods) == (WaitKind.RESOURCES, ("big1",))
     assert second.reason == (
         "0/2 nodes are available: 2 Insufficient gpupool.io/gpu "
         "(found for big1, which asks no more)."
@@ -137,5 +140,9 @@ def test_a_pod_its_first_pool_never_holds_waits_behind_its_next_pool_and_is_not_
     assert isinstance(big, Wait)
     assert isinstance(cpu, Wait)
     assert cpu.reject is None, cpu.reason
-    assert ordering_wait(cpu.reason), cpu.reason
+    assert (cpu.cause.kind, cpu.cause.pods, cpu.cause.pools) == (
+        WaitKind.BEHIND,
+        ("big",),
+        ("default",),
+    ), cpu.reason
     assert NEVER_FITS not in cpu.reason

@@ -7,6 +7,7 @@ import numpy as np
 from gpupool.core.model import NodeSpec, PodSpec
 from gpupool.policy.spec import PolicyConfig, PoolMode, PoolSpec, QueueSpec, QuotaSpec
 from gpupool.policy.workload import Workload
+from gpupool.scheduling.wait_cause import WaitKind
 from gpupool.sim.demo_session import DemoSession
 from gpupool.sim.embedded import EmbeddedCluster, Submission
 
@@ -29,7 +30,10 @@ def test_pods_start_and_finish_and_give_their_gpus_back() -> None:
     cluster.submit(Submission(whole("a/p2", 2), duration=100.0))
     cluster.advance(10.0)
     assert set(cluster.running) == {"a/p1"}
-    assert "Insufficient gpupool.io/gpu" in cluster.reasons["a/p2"]
+    cause = cluster.causes["a/p2"]
+    assert cause is not None
+    assert cause.kind is WaitKind.RESOURCES
+    assert "Insufficient gpupool.io/gpu" in cause.text()
     cluster.advance(100.0)  # p1 ends at 110; p2 starts in the same step
     assert set(cluster.running) == {"a/p2"}
     assert cluster.completed == 1
@@ -46,7 +50,10 @@ def test_a_ceiling_holds_pods_with_a_reason_naming_queue_and_limit() -> None:
         cluster.submit(Submission(whole(f"a/p{i}", 1), duration=1000.0))
     cluster.advance(10.0)
     assert len(cluster.running) == 2
-    (reason,) = cluster.reasons.values()
+    (cause,) = cluster.causes.values()
+    assert cause is not None
+    assert cause.kind is WaitKind.QUOTA
+    reason = cause.text()
     assert reason.startswith("queue a: ceiling 2 GPU units reached in pool default")
 
 

@@ -32,41 +32,11 @@ from prometheus_client.registry import Collector
 from gpupool.governance.decisions import CLEANUP_RULES, RECLAIM_RULES, Rule
 from gpupool.kube.governance.controller import GovernanceController
 from gpupool.kube.scheduler.live import LiveScheduler
+from gpupool.scheduling.wait_cause import PENDING_CATEGORIES
 
 Family = TypeVar("Family", CounterMetricFamily, GaugeMetricFamily)
 
 PREFIX = "gpupool_scheduler_"
-
-PENDING_REASONS = (
-    "not_tried",
-    "insufficient_resources",
-    "node_constraints",
-    "invalid_request",
-    "quota",
-    "preempting",
-    "other",
-)
-"""Why a pod waits, as a bounded label: not decided yet; not enough free GPU/CPU/memory on any
-node that would take it; no node passes its selector, affinity, taints or readiness; the pod's
-request cannot be read; a queue's quota holds it (ceiling, maxConcurrentPods); it waits for the
-pods it preempts to go; anything else."""
-
-
-def pending_reason(message: str) -> str:
-    """The category (one of :data:`PENDING_REASONS`) of a pending pod's reason message."""
-    if not message:
-        return "not_tried"
-    if message.startswith("invalid request"):
-        return "invalid_request"
-    if message.startswith("queue "):
-        return "quota"
-    if message.startswith(("nominated to node ", "waiting for eviction of ")):
-        return "preempting"
-    if "Insufficient" in message:
-        return "insufficient_resources"
-    if "nodes are available" in message:
-        return "node_constraints"
-    return "other"
 
 
 def _by_label(family: Family, values: Mapping[str, int]) -> Family:
@@ -127,14 +97,14 @@ class SchedulerCollector(Collector):
             ),
             metrics.bind_errors,
         )
-        by_reason = Counter(pending_reason(m) for m in scheduler.pending_messages())
+        by_reason = Counter(scheduler.pending_categories())
         yield _by_label(
             GaugeMetricFamily(
                 f"{PREFIX}pending_pods",
                 "Pods of this scheduler waiting to be bound, by reason category.",
                 labels=["reason"],
             ),
-            {reason: by_reason[reason] for reason in PENDING_REASONS},
+            {reason: by_reason[reason] for reason in PENDING_CATEGORIES},
         )
 
         yield GaugeMetricFamily(

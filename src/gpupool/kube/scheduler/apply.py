@@ -9,7 +9,8 @@
   (:mod:`gpupool.kube.scheduler.preempting`). The engine chose the node with the pod's own
   node constraints, so every preemption it returns is carried out.
 * ``Wait``: the pod stays pending with the engine's reason; a pod held only behind others of
-  this cycle (:func:`ordering_wait`) is told so and tried again in the next one.
+  this cycle (:attr:`~gpupool.scheduling.wait_cause.WaitKind.BEHIND`) is told so and tried
+  again in the next one.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from gpupool.kube.scheduler.preempting import Preemptions
 from gpupool.kube.scheduler.reason_text import readable
 from gpupool.kube.scheduler.state import ClusterState
 from gpupool.kube.scheduler.verdicts import Verdicts
-from gpupool.scheduling.decisions import Admit, CycleRequest, CycleResult, Preempt, ordering_wait
+from gpupool.scheduling.decisions import Admit, CycleRequest, CycleResult, Preempt
 from gpupool.scheduling.engine import PolicyEngine
+from gpupool.scheduling.wait_cause import WaitKind
 
 
 @dataclass
@@ -48,7 +50,7 @@ class Applier:
         request: CycleRequest,
         result: CycleResult,
     ) -> bool:
-        """Carry out ``result``; returns whether pods were deferred (see :func:`ordering_wait`)."""
+        """Carry out ``result``; returns whether pods were deferred (held only behind others)."""
         self.preemptions.carry(result.nominations, snapshot.node_names)
         layout, tables = engine.policy.layout, engine.policy.tables
         admitted: list[tuple[PodRecord, Bind, str, str]] = []
@@ -64,15 +66,15 @@ class Applier:
             elif isinstance(decision, Preempt):
                 self.stats.preemptions += 1
                 reason = self.preemptions.start(pod, decision, self.state.pods)
-                self.verdicts.unschedulable(pod, reason)
-            elif decision.reject is None and ordering_wait(decision.reason):
-                self.verdicts.deferred(pod, readable(decision.reason, self.state.pods))
+                self.verdicts.unschedulable(pod, reason, WaitKind.PREEMPTING)
+            elif decision.cause.kind is WaitKind.BEHIND:
+                self.verdicts.deferred(pod, readable(decision.cause, self.state.pods))
                 deferred = True
             else:
-                reason = self.preemptions.waiting_reason(
-                    pod.metadata.uid, readable(decision.reason, self.state.pods), self.state.pods
+                cause = self.preemptions.waiting_cause(
+                    pod.metadata.uid, decision.cause, self.state.pods
                 )
-                self.verdicts.unschedulable(pod, reason)
+                self.verdicts.unschedulable(pod, readable(cause, self.state.pods), cause.kind)
         for pod, bind, pool_name, queue_name in admitted:
             self.verdicts.metrics.attempt("scheduled")
             self.verdicts.queue.in_flight(pod.metadata.uid)
@@ -83,7 +85,7 @@ class Applier:
         try:
             self.state.assume(decision.bind)
         except AllocationError as error:
-            self.verdicts.failed(pod, f"scheduling error: {error}", "error")
+            self.verdicts.failed(pod, f"scheduling error: {error}", "error", WaitKind.OTHER)
             return False
         self.book.admitted[pod.metadata.uid] = (now, decision.expected_end)
         return True

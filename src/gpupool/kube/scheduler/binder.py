@@ -41,6 +41,7 @@ from gpupool.kube.scheduler.state import ClusterState
 from gpupool.kube.scheduler.verdicts import Verdicts
 from gpupool.kube.scheduler.volume_writes import VolumeWriter
 from gpupool.kube.scheduler.writes import BindOutcome, BindResult, bind, find_out
+from gpupool.scheduling.wait_cause import WaitKind
 
 
 class Binder:
@@ -113,7 +114,7 @@ class Binder:
         if failure is not None:  # kube's Unreserve: give back what the decision held, retry
             self.metrics.bind_failed("volumes")
             self.state.forget(uid)
-            self.verdicts.refused(pod, failure)
+            self.verdicts.refused(pod, failure, WaitKind.OTHER)
             self.wake()
             return
         await self.gate.acquire()
@@ -215,7 +216,8 @@ class Binder:
         elif result.outcome is BindOutcome.REFUSED:
             if is_policy_denial(result.message):
                 self.rights.refused(result.message)  # said once, and /readyz says it
-            self.verdicts.refused(pod, f"binding refused by the API server: {result.message}")
+            message = f"binding refused by the API server: {result.message}"
+            self.verdicts.refused(pod, message, WaitKind.OTHER)
         else:  # conflict or gone: the watch tells what happened; retry after a backoff
-            queue.failed(uid, time.monotonic(), f"binding {result.reason}")
+            queue.failed(uid, time.monotonic(), f"binding {result.reason}", WaitKind.OTHER)
         self.wake()

@@ -30,6 +30,7 @@ from gpupool.kube.scheduler.state import ClusterState
 from gpupool.kube.scheduler.verdicts import Verdicts
 from gpupool.kube.scheduler.volume_binding import VolumesNotReadyError
 from gpupool.policy.workload import Workload
+from gpupool.scheduling.wait_cause import WaitKind
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +118,14 @@ class Intake:
             return self.book.workload(pod, self.state.spec_of(pod))
         except VolumesNotReadyError as error:  # kube's PreFilter: no node, whatever runs there
             nodes = self.state.snapshot.size if self.state.snapshot is not None else 0
-            self.verdicts.failed(pod, f"0/{nodes} nodes are available: {error}.", "unschedulable")
+            message = f"0/{nodes} nodes are available: {error}."
+            self.verdicts.failed(pod, message, "unschedulable", WaitKind.NODE_CONSTRAINTS)
         except InvalidObjectError as error:
             self.stats.invalid_pods += 1
-            self.verdicts.failed(pod, f"invalid request: {error}", "unschedulable")
+            message = f"invalid request: {error}"
+            self.verdicts.failed(pod, message, "unschedulable", WaitKind.INVALID)
         except Exception as error:
             log.exception("scheduling %s failed", pod.key)
-            self.verdicts.failed(pod, f"scheduling error: {type(error).__name__}: {error}", "error")
+            message = f"scheduling error: {type(error).__name__}: {error}"
+            self.verdicts.failed(pod, message, "error", WaitKind.OTHER)
         return None

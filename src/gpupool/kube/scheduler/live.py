@@ -70,6 +70,7 @@ from gpupool.scheduling.cycle_request import Carried, cycle_request
 from gpupool.scheduling.decisions import BACKFILL_MODES, CycleRequest
 from gpupool.scheduling.engine import PolicyEngine
 from gpupool.scheduling.registry import PolicyContext, build_policy
+from gpupool.scheduling.wait_cause import category
 
 log = logging.getLogger(__name__)
 
@@ -376,11 +377,11 @@ class LiveScheduler:
         """GPUPool and GPUQueue status from the ledger (nothing when no such object exists)."""
         return live_statuses(self.book, self.policies, self.state.pods, self.state.pending)
 
-    def pending_messages(self) -> list[str]:
-        """The current reason of every pending pod ("" for pods not tried yet), for metrics."""
+    def pending_categories(self) -> list[str]:
+        """What holds each pending pod (a category of ``wait_cause.PENDING_CATEGORIES``)."""
         entries = self.queue.entries
         return [
-            entry.reason if (entry := entries.get(uid)) is not None else ""
+            category(entry.kind if (entry := entries.get(uid)) is not None else None)
             for uid in self.state.pending
         ]
 

@@ -25,6 +25,7 @@ from gpupool.kube.scheduler.evictions import Evictor
 from gpupool.kube.scheduler.writes import PodReporter
 from gpupool.policy.workload import Running
 from gpupool.scheduling.decisions import Preempt
+from gpupool.scheduling.wait_cause import WaitCause, WaitKind
 
 
 class Preemptions:
@@ -74,15 +75,17 @@ class Preemptions:
         """Keep the nominations a cycle returned."""
         self.nominated = {uid: node_names[row] for uid, row in nominations.items()}
 
-    def waiting_reason(self, uid: str, reason: str, pods: Mapping[str, PodRecord]) -> str:
+    def waiting_cause(self, uid: str, cause: WaitCause, pods: Mapping[str, PodRecord]) -> WaitCause:
         """A nominated pod still waits: why; gives the nomination up if its victims are gone."""
         if uid not in self.nominated:
-            return reason
-        reason = self.evictor.blocked_reason(uid) or reason
+            return cause
+        blocked = self.evictor.blocked_reason(uid)
+        if blocked:
+            cause = WaitCause(WaitKind.PREEMPTING, blocked)
         if not any(victim in pods for victim in self.victims.get(uid, ())):
             self.nominated.pop(uid, None)
             self.victims.pop(uid, None)
-        return reason
+        return cause
 
     def start(self, pod: PodRecord, decision: Preempt, pods: Mapping[str, PodRecord]) -> str:
         """Nominate the preemptor and evict its victims; returns its pending reason.

@@ -25,6 +25,7 @@ from collections.abc import Callable, Container, Hashable, Iterable
 from dataclasses import dataclass
 
 from gpupool.retry import Backoff
+from gpupool.scheduling.wait_cause import WaitKind
 
 INITIAL_BACKOFF = 1.0
 MAX_BACKOFF = 10.0
@@ -51,6 +52,7 @@ class Entry:
         since: When it entered its current sub-queue.
         epoch: For unschedulable pods, the capacity epoch they were rejected at.
         reason: The last reason it is pending, as reported to users.
+        kind: What holds it, for counting (``None`` until a decision was made for it).
     """
 
     where: Where
@@ -59,6 +61,7 @@ class Entry:
     since: float = 0.0
     epoch: int = 0
     reason: str = ""
+    kind: WaitKind | None = None
 
 
 class SchedulingQueue:
@@ -140,7 +143,9 @@ class SchedulingQueue:
             self.entries[uid].ready_at = now
         return ready
 
-    def unschedulable(self, uid: str, now: float, capacity_epoch: int, reason: str) -> bool:
+    def unschedulable(
+        self, uid: str, now: float, capacity_epoch: int, reason: str, kind: WaitKind
+    ) -> bool:
         """No node could take the pod; returns whether its reason changed."""
         entry = self.entries.get(uid)
         if entry is None:
@@ -150,20 +155,16 @@ class SchedulingQueue:
         entry.ready_at = now + self.backoff_for(entry.attempts)
         entry.since = now
         entry.epoch = capacity_epoch
-        changed = entry.reason != reason
-        entry.reason = reason
-        return changed
+        return _reason(entry, reason, kind)
 
-    def failed(self, uid: str, now: float, reason: str) -> bool:
+    def failed(self, uid: str, now: float, reason: str, kind: WaitKind) -> bool:
         """An attempt failed (bind refused, an error): back off. Did the reason change?"""
         entry = self.entries.get(uid)
         if entry is None:
             return False
         entry.attempts += 1
         self._wait(entry, now)
-        changed = entry.reason != reason
-        entry.reason = reason
-        return changed
+        return _reason(entry, reason, kind)
 
     def deferred(self, uid: str, reason: str) -> bool:
         """The pod waited behind others: active again, no attempt. Did the reason change?"""
@@ -171,9 +172,7 @@ class SchedulingQueue:
         if entry is None:
             return False
         entry.where = Where.ACTIVE
-        changed = entry.reason != reason
-        entry.reason = reason
-        return changed
+        return _reason(entry, reason, WaitKind.BEHIND)
 
     def in_flight(self, uid: str) -> None:
         """The pod was assumed and its Binding sent."""
@@ -211,3 +210,10 @@ class SchedulingQueue:
         entry.where = Where.BACKOFF
         entry.ready_at = now + self.backoff_for(entry.attempts)
         entry.since = now
+
+
+def _reason(entry: Entry, reason: str, kind: WaitKind) -> bool:
+    """Record the entry's reason and kind; returns whether the reason changed."""
+    changed = entry.reason != reason
+    entry.reason, entry.kind = reason, kind
+    return changed

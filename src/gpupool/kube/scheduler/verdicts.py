@@ -19,6 +19,7 @@ from gpupool.kube.scheduler.observe import SchedulingMetrics
 from gpupool.kube.scheduler.queue import SchedulingQueue
 from gpupool.kube.scheduler.state import ClusterState
 from gpupool.kube.scheduler.writes import PodReporter
+from gpupool.scheduling.wait_cause import WaitKind
 
 
 @dataclass
@@ -39,11 +40,11 @@ class Verdicts:
     metrics: SchedulingMetrics
     on_decision: DecisionHook | None = None
 
-    def unschedulable(self, pod: PodRecord, message: str) -> None:
+    def unschedulable(self, pod: PodRecord, message: str, kind: WaitKind) -> None:
         """No node can take the pod now: it waits for capacity to change."""
         self.metrics.attempt("unschedulable")
-        uid = pod.metadata.uid
-        if self.queue.unschedulable(uid, time.monotonic(), self.state.capacity_epoch, message):
+        uid, epoch = pod.metadata.uid, self.state.capacity_epoch
+        if self.queue.unschedulable(uid, time.monotonic(), epoch, message, kind):
             self.report(pod, message)
 
     def deferred(self, pod: PodRecord, message: str) -> None:
@@ -55,14 +56,14 @@ class Verdicts:
         if self.queue.deferred(pod.metadata.uid, message):
             self.reports.unschedulable(pod, message)
 
-    def failed(self, pod: PodRecord, message: str, result: str) -> None:
+    def failed(self, pod: PodRecord, message: str, result: str, kind: WaitKind) -> None:
         """Deciding for the pod failed (``result``: unschedulable or error): it backs off."""
         self.metrics.attempt(result)
-        self.refused(pod, message)
+        self.refused(pod, message, kind)
 
-    def refused(self, pod: PodRecord, message: str) -> None:
+    def refused(self, pod: PodRecord, message: str, kind: WaitKind) -> None:
         """The pod backs off with ``message`` as its reason (its attempt is counted already)."""
-        if self.queue.failed(pod.metadata.uid, time.monotonic(), message):
+        if self.queue.failed(pod.metadata.uid, time.monotonic(), message, kind):
             self.report(pod, message)
 
     def bound(self, pod: PodRecord, decision: Bind) -> None:
