@@ -5,8 +5,9 @@ init containers and native sidecars (the effective request), another vendor's de
 (``example.com/rdma``), host ports, a zone selector, tolerations of a tainted node, required pod
 affinity and anti-affinity on the hostname and the zone, and topology spread on either key
 (``DoNotSchedule`` with ``maxSkew`` 1 or 2, ``minDomains``, ``nodeTaintsPolicy``,
-``matchLabelKeys``; ``ScheduleAnyway`` too, which filters nothing). Preferred rules are left
-out: they only score, and the differential test pins each pod to the node gpupool chose.
+``matchLabelKeys``; ``ScheduleAnyway`` too, which filters nothing), and a bound local
+PersistentVolume on one node (:func:`world_volumes`). Preferred rules are left out: they only
+score, and the differential test pins each pod to the node gpupool chose.
 
 The nodes come twice, as two worlds with the same shapes and topology labels but their own
 names and ``test`` label, so that one scheduler can decide in one world and the other be
@@ -32,6 +33,8 @@ APPS = ("web", "db", "cache")
 NODES = 6
 RDMA_NODES = (1, 3, 5)
 TAINTED_NODE = 4
+STORAGE_CLASS = "gpupool-differential-local"
+"""The local volumes' class; kube-scheduler's VolumeBinding needs it to exist."""
 
 
 def world_nodes(world: str) -> list[FakeGpuNode]:
@@ -62,6 +65,52 @@ def node_status_extras(index: int, pins: bool) -> dict[str, str]:
     """The other vendor's devices a node offers (two NICs on every other node), and its pin."""
     extras = {RDMA: "2"} if index in RDMA_NODES else {}
     return extras | ({pin_resource(index): "1000"} if pins else {})
+
+
+def volume_claim(index: int) -> str:
+    """The claim, in every world's namespace, bound to the local volume on node ``index``."""
+    return f"data-n{index}"
+
+
+def world_volumes(world: str) -> list[tuple[Json, Json]]:
+    """Per node, a local PersistentVolume on it and the claim bound to it, as the PV controller
+    leaves them (``pv.kubernetes.io/bind-completed``; the status is the caller's to set)."""
+    pairs = []
+    for index in range(NODES):
+        name, claim = f"{world}-data-n{index}", volume_claim(index)
+        on_node = {"key": HOSTNAME, "operator": "In", "values": [f"{world}-n{index}"]}
+        volume = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": name},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": STORAGE_CLASS,
+                "persistentVolumeReclaimPolicy": "Retain",
+                "local": {"path": f"/mnt/{name}"},
+                "nodeAffinity": {
+                    "required": {"nodeSelectorTerms": [{"matchExpressions": [on_node]}]}
+                },
+                "claimRef": {"namespace": world, "name": claim},
+            },
+        }
+        bound = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {
+                "name": claim,
+                "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
+            },
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "10Gi"}},
+                "storageClassName": STORAGE_CLASS,
+                "volumeName": name,
+            },
+        }
+        pairs.append((volume, bound))
+    return pairs
 
 
 def node_taints(index: int) -> list[Json]:
@@ -137,6 +186,9 @@ def generated_pod(rng: random.Random, index: int) -> Json:
         spec["affinity"] = affinity
     if rng.random() < 0.25:
         spec["topologySpreadConstraints"] = [_spread(rng, app)]
+    if rng.random() < 0.15:  # its dataset on one node's local disk: only that node will do
+        claim = {"claimName": volume_claim(rng.randrange(NODES))}
+        spec["volumes"] = [{"name": "data", "persistentVolumeClaim": claim}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -1,7 +1,8 @@
 """gpupool's placements checked by the real kube-scheduler 1.37.2, pod by pod, on the same state.
 
 Generated pods (:mod:`.kube_rules_corpus`: whole GPUs with CPU, sidecars, another vendor's
-device, host ports, zone selectors, taints, pod affinity and anti-affinity, topology spread) go
+device, host ports, zone selectors, taints, pod affinity and anti-affinity, topology spread,
+bound local volumes) go
 one at a time to gpupool in world A. Each one's twin then goes to kube-scheduler in world B, the
 same nodes under other names, where every earlier pod stands exactly where gpupool put it:
 
@@ -26,12 +27,14 @@ from gpupool.devcluster.fakenodes import create_nodes
 from gpupool.kube.client.api import ApiError, KubeAPI
 
 from .kube_rules_corpus import (
+    STORAGE_CLASS,
     Json,
     generated_pod,
     in_world,
     node_status_extras,
     node_taints,
     world_nodes,
+    world_volumes,
 )
 from .live_helpers import SchedulerProcesses, delete_all_pods, pending_reason, wait_for
 
@@ -79,6 +82,37 @@ async def _world(api: KubeAPI, namespace: str, world: str, pins: bool) -> None:
         )
 
     await wait_for(ready, 60, f"{world}'s nodes Ready")
+    for volume, claim in world_volumes(world):
+        await api.create("/api/v1/persistentvolumes", volume)
+        await api.create(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", claim)
+        bound = {"phase": "Bound", "accessModes": ["ReadWriteOnce"]}
+        await api.patch(
+            f"/api/v1/persistentvolumes/{volume['metadata']['name']}/status",
+            {"status": {"phase": "Bound"}},
+        )
+        await api.patch(
+            f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/"
+            f"{claim['metadata']['name']}/status",
+            {"status": bound | {"capacity": {"storage": "10Gi"}}},
+        )
+
+
+async def _storage_class(api: KubeAPI) -> None:
+    """The local volumes' class (no provisioner), made once per cluster."""
+    try:
+        await api.create(
+            "/apis/storage.k8s.io/v1/storageclasses",
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": STORAGE_CLASS},
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "WaitForFirstConsumer",
+            },
+        )
+    except ApiError as error:
+        if error.status != 409:
+            raise
 
 
 async def _decided(api: KubeAPI, namespace: str, name: str) -> Json:
@@ -129,8 +163,9 @@ async def test_every_node_gpupool_chooses_is_one_kube_schedulers_filters_accept(
     schedulers: SchedulerProcesses,
     control_plane: LocalControlPlane,
 ) -> None:
-    tally = {"bound": 0, "pending": 0, "pending for gpupool's rules": 0}
+    tally = {"bound": 0, "bound by its volume": 0, "pending": 0, "pending for gpupool's rules": 0}
     worlds = {seed: (f"{namespace}-s{seed}-a", f"{namespace}-s{seed}-b") for seed in SEEDS}
+    await _storage_class(api)
     for ours, theirs in worlds.values():  # every node Ready before either scheduler starts
         await _world(api, ours, ours, pins=False)
         await _world(api, theirs, theirs, pins=True)
@@ -161,6 +196,7 @@ async def test_every_node_gpupool_chooses_is_one_kube_schedulers_filters_accept(
                         f"{pending_reason(judged)}"
                     )
                     running.append(name)
+                    tally["bound by its volume"] += "volumes" in pod["spec"]
                     if rng.random() < CHURN:  # a pod ends, in both worlds
                         ended = running.pop(rng.randrange(len(running)))
                         await _remove(api, [ours, theirs], ended)
@@ -177,7 +213,11 @@ async def test_every_node_gpupool_chooses_is_one_kube_schedulers_filters_accept(
     finally:
         control_plane.stop_process("kube-scheduler")
         await delete_all_pods(api, *(world for pair in worlds.values() for world in pair))
+        for world in (world for pair in worlds.values() for world in pair):
+            for volume, _ in world_volumes(world):
+                await api.delete(f"/api/v1/persistentvolumes/{volume['metadata']['name']}")
     print(f"differential over seeds {SEEDS}: {tally}")  # shown with -s
     # the corpus exercises both outcomes, or it shows nothing
     assert tally["bound"] >= PODS * len(SEEDS) // 5, tally
     assert tally["pending"] >= 1, tally
+    assert tally["bound by its volume"] >= 1, tally
