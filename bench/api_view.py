@@ -31,6 +31,7 @@ from gpupool.api.model import Node
 from gpupool.api.sources import SnapshotView
 from gpupool.core.model import NodeSpec, PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
+from gpupool.scheduling.wait_cause import WaitCause, WaitKind
 from gpupool.sim.provenance import provenance
 
 
@@ -49,11 +50,9 @@ def build(nodes: int, seed: int) -> SnapshotView:
                 pod = PodSpec(f"team-{count % 12}/pod-{count}", 500, 1024, 1, 1000 // sharers, 8192)
                 snapshot.bind(pod, row, (gpu,))
                 count += 1
+    why = WaitCause(WaitKind.RESOURCES, "0/N nodes are available: Insufficient gpupool.io/gpu")
     waiting = [
-        (
-            PodSpec(f"team-{i % 12}/wait-{i}", 1000, 2048, 4, 1000),
-            "0/N nodes are available: Insufficient gpupool.io/gpu",
-        )
+        (PodSpec(f"team-{i % 12}/wait-{i}", 1000, 2048, 4, 1000), why)
         for i in range(max(1, count // 50))
     ]
     return SnapshotView(snapshot, waiting, source="bench")
