@@ -178,6 +178,9 @@ class PodTerms:
         preferred_affinity: Weighted terms that raise a node's score.
         preferred_anti_affinity: Weighted terms that lower it.
         spread: Topology spread constraints.
+        system_default: ``spread`` is the cluster's default, not the pod's own (it has none):
+            kube-scheduler then scores a node that lacks a key on the keys it has, rather than
+            leaving it out of the score (zoneless nodes still spread by hostname).
     """
 
     affinity: tuple[AffinityTerm, ...] = ()
@@ -185,6 +188,7 @@ class PodTerms:
     preferred_affinity: tuple[AffinityTerm, ...] = ()
     preferred_anti_affinity: tuple[AffinityTerm, ...] = ()
     spread: tuple[SpreadConstraint, ...] = ()
+    system_default: bool = False
 
     def __post_init__(self) -> None:
         for name in ("preferred_affinity", "preferred_anti_affinity"):

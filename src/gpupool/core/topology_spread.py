@@ -91,7 +91,8 @@ def _counts(
     for (namespace, labels), rows in pod_groups(snapshot, pod.name).items():
         if namespace == pod.namespace and selector.matches(label_map(labels)):
             where = np.asarray(rows, dtype=np.int64)
-            np.add.at(counts, ids[where[eligible[where]]], 1)
+            counted = where[eligible[where] & (ids[where] != MISSING)]  # a node in no domain
+            np.add.at(counts, ids[counted], 1)
     return counts, present
 
 
@@ -134,13 +135,16 @@ def required_keys_mask(snapshot: ClusterSnapshot, pod: PodSpec) -> BoolArray | N
 def spread_score(snapshot: ClusterSnapshot, pod: PodSpec, rows: IntArray) -> FloatArray:
     """kube-scheduler's normalised ScheduleAnyway score (0..100, higher: fewer matching pods).
 
-    Domains and counts are taken over ``rows`` (the nodes the score chooses among); a node
-    without a soft constraint's key scores 0.
+    Domains and counts are taken over ``rows`` (the nodes the score chooses among). A node
+    without a soft constraint's key scores 0; under the cluster's default constraints
+    (:attr:`PodTerms.system_default`) it is scored on the keys it has instead, and its missing
+    value counts as one more domain in the constraint's weight, as kube-scheduler does.
     """
     soft = [c for c in pod.terms.spread if not c.hard] if pod.terms else []
     if not soft:
         return np.zeros(len(rows), dtype=np.float64)
-    has_keys = _keys_mask(snapshot, soft)
+    defaulted = pod.terms is not None and pod.terms.system_default
+    has_keys = _keys_mask(snapshot, [] if defaulted else soft)
     raw = np.zeros(len(rows), dtype=np.float64)
     for constraint in soft:
         included = _included(snapshot, pod, constraint)
@@ -148,7 +152,8 @@ def spread_score(snapshot: ClusterSnapshot, pod: PodSpec, rows: IntArray) -> Flo
         counts, _ = _counts(snapshot, pod, constraint, eligible)
         ids, _ = domains(snapshot, constraint.topology_key)
         weight = math.log(len(set(ids[rows[has_keys[rows]]].tolist())) + 2)
-        raw += per_node(ids[rows], counts) * weight + (constraint.max_skew - 1)
+        score = per_node(ids[rows], counts) * weight + (constraint.max_skew - 1)
+        raw += np.where(ids[rows] != MISSING, score, 0.0)
     raw = np.round(raw)
     valid = has_keys[rows]
     if not valid.any():

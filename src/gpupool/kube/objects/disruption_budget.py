@@ -16,8 +16,9 @@ from __future__ import annotations
 import msgspec
 
 from gpupool.core.pod_terms import LabelSelector
+from gpupool.kube.objects.constraint_records import LabelSelectorRecord
 from gpupool.kube.objects.label_selector import usable_selector
-from gpupool.kube.objects.records import KubeObject, LabelSelectorRecord
+from gpupool.kube.objects.records import KubeObject
 
 PATH = "/apis/policy/v1/poddisruptionbudgets"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from gpupool.core.model import InvalidSpecError
 from gpupool.core.pod_terms import LabelSelector
+from gpupool.kube.objects.constraint_records import LabelSelectorRecord
 from gpupool.kube.objects.object_error import InvalidObjectError, at, requirements
-from gpupool.kube.objects.records import LabelSelectorRecord
 
 
 def label_selector(

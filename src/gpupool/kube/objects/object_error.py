@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from gpupool.core.constraints import Requirement
 from gpupool.core.model import InvalidSpecError
-from gpupool.kube.objects.records import NodeSelectorRequirement
+from gpupool.kube.objects.constraint_records import NodeSelectorRequirement
 
 
 class InvalidObjectError(ValueError):

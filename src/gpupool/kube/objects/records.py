@@ -12,6 +12,26 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from gpupool.kube.objects.constraint_records import (
+    Affinity,
+    Toleration,
+    TopologySpreadConstraintRecord,
+)
+
+
+class OwnerReference(msgspec.Struct, frozen=True, rename="camel"):
+    """An owner of the object (``controller``: the one that manages it).
+
+    Read for a pod's controller (its default topology spread) and a claim's pod (an ephemeral
+    volume's claim must be its pod's).
+    """
+
+    api_version: str = ""
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool = False
+
 
 class ObjectMeta(msgspec.Struct, frozen=True, rename="camel"):
     """The metadata fields the scheduler reads."""
@@ -26,6 +46,7 @@ class ObjectMeta(msgspec.Struct, frozen=True, rename="camel"):
     creation_timestamp: str | None = None
     generation: int = 0
     finalizers: tuple[str, ...] = ()
+    owner_references: tuple[OwnerReference, ...] = ()
 
 
 class KubeObject(msgspec.Struct, frozen=True):
@@ -74,105 +95,6 @@ class Container(msgspec.Struct, frozen=True, rename="camel"):
     def sidecar(self) -> bool:
         """Whether this init container runs for the pod's life (``restartPolicy: Always``)."""
         return self.restart_policy == "Always"
-
-
-class Toleration(msgspec.Struct, frozen=True):
-    """A pod toleration."""
-
-    key: str = ""
-    operator: str = "Equal"
-    value: str = ""
-    effect: str = ""
-
-
-class NodeSelectorRequirement(msgspec.Struct, frozen=True):
-    """One expression of a node selector term (``key``, ``operator``, ``values``)."""
-
-    key: str = ""
-    operator: str = ""
-    values: tuple[str, ...] = ()
-
-
-class NodeSelectorTerm(msgspec.Struct, frozen=True, rename="camel"):
-    """Expressions on labels and on fields; all must hold."""
-
-    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
-    match_fields: tuple[NodeSelectorRequirement, ...] = ()
-
-
-class NodeSelector(msgspec.Struct, frozen=True, rename="camel"):
-    """Terms of which at least one must hold."""
-
-    node_selector_terms: tuple[NodeSelectorTerm, ...] = ()
-
-
-class PreferredSchedulingTerm(msgspec.Struct, frozen=True):
-    """A weighted node-affinity term that ranks nodes and filters none."""
-
-    weight: int = 0
-    preference: NodeSelectorTerm = NodeSelectorTerm()
-
-
-class NodeAffinity(msgspec.Struct, frozen=True, rename="camel"):
-    """A pod's node affinity: required terms filter nodes, preferred ones rank them."""
-
-    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
-    preferred_during_scheduling_ignored_during_execution: tuple[PreferredSchedulingTerm, ...] = ()
-
-
-class LabelSelectorRecord(msgspec.Struct, frozen=True, rename="camel"):
-    """A label selector (``matchExpressions`` have the node selector's fields)."""
-
-    match_labels: dict[str, str] = {}
-    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
-
-
-class PodAffinityTermRecord(msgspec.Struct, frozen=True, rename="camel"):
-    """One pod (anti-)affinity term."""
-
-    topology_key: str = ""
-    label_selector: LabelSelectorRecord | None = None
-    namespaces: tuple[str, ...] = ()
-    namespace_selector: LabelSelectorRecord | None = None
-    match_label_keys: tuple[str, ...] = ()
-    mismatch_label_keys: tuple[str, ...] = ()
-
-
-class WeightedPodAffinityTermRecord(msgspec.Struct, frozen=True, rename="camel"):
-    """A preferred pod (anti-)affinity term and its weight."""
-
-    weight: int = 0
-    pod_affinity_term: PodAffinityTermRecord = PodAffinityTermRecord()
-
-
-class PodAffinityRecord(msgspec.Struct, frozen=True, rename="camel"):
-    """``podAffinity`` or ``podAntiAffinity``: required and preferred terms."""
-
-    required_during_scheduling_ignored_during_execution: tuple[PodAffinityTermRecord, ...] = ()
-    preferred_during_scheduling_ignored_during_execution: tuple[
-        WeightedPodAffinityTermRecord, ...
-    ] = ()
-
-
-class Affinity(msgspec.Struct, frozen=True, rename="camel"):
-    """The pod affinity fields the scheduler reads."""
-
-    node_affinity: NodeAffinity | None = None
-    pod_affinity: PodAffinityRecord | None = None
-    pod_anti_affinity: PodAffinityRecord | None = None
-
-
-class TopologySpreadConstraintRecord(msgspec.Struct, frozen=True, rename="camel"):
-    """One ``spec.topologySpreadConstraints[]`` entry."""
-
-    max_skew: int = 0
-    topology_key: str = ""
-    when_unsatisfiable: str = ""
-    label_selector: LabelSelectorRecord | None = None
-    min_domains: int | None = None
-    node_affinity_policy: str | None = None
-    node_taints_policy: str | None = None
-    match_label_keys: tuple[str, ...] = ()
 
 
 class PodResourceClaim(msgspec.Struct, frozen=True, rename="camel"):

@@ -36,6 +36,7 @@ from gpupool.core.model import (
     NodeSpec,
     PodSpec,
 )
+from gpupool.kube.objects.constraint_records import NodeSelectorTerm, PreferredSchedulingTerm
 from gpupool.kube.objects.handoff_refusals import decode as decode_refusals
 from gpupool.kube.objects.object_error import InvalidObjectError as InvalidObjectError
 from gpupool.kube.objects.object_error import at as _at
@@ -49,12 +50,7 @@ from gpupool.kube.objects.pod_requests import (
     parse_amount,
 )
 from gpupool.kube.objects.quantity import to_count, to_mib, to_milli, to_value
-from gpupool.kube.objects.records import (
-    NodeRecord,
-    NodeSelectorTerm,
-    PodRecord,
-    PreferredSchedulingTerm,
-)
+from gpupool.kube.objects.records import NodeRecord, PodRecord
 from gpupool.kube.objects.translate_affinity import pod_terms
 from gpupool.kube.objects.vocabulary import (
     ANNOTATION_ALLOWED_MODELS,

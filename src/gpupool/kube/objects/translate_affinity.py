@@ -33,14 +33,14 @@ from gpupool.core.pod_terms import (
     PodTerms,
     SpreadConstraint,
 )
-from gpupool.kube.objects.label_selector import label_selector
-from gpupool.kube.objects.object_error import InvalidObjectError, at
-from gpupool.kube.objects.records import (
+from gpupool.kube.objects.constraint_records import (
     PodAffinityRecord,
     PodAffinityTermRecord,
-    PodRecord,
     TopologySpreadConstraintRecord,
 )
+from gpupool.kube.objects.label_selector import label_selector
+from gpupool.kube.objects.object_error import InvalidObjectError, at
+from gpupool.kube.objects.records import PodRecord
 
 POD_AFFINITY_PATH = "spec.affinity.podAffinity"
 POD_ANTI_AFFINITY_PATH = "spec.affinity.podAntiAffinity"

@@ -26,15 +26,10 @@ from fractions import Fraction
 import msgspec
 
 from gpupool.core.pod_terms import selects
+from gpupool.kube.objects.constraint_records import LabelSelectorRecord, NodeSelector
 from gpupool.kube.objects.label_selector import usable_selector
 from gpupool.kube.objects.quantity import QuantityError, parse_quantity
-from gpupool.kube.objects.records import (
-    KubeObject,
-    LabelSelectorRecord,
-    NodeSelector,
-    ObjectMeta,
-    PodRecord,
-)
+from gpupool.kube.objects.records import KubeObject, PodRecord
 
 PVC_PATH = "/api/v1/persistentvolumeclaims"
 PV_PATH = "/api/v1/persistentvolumes"
@@ -53,19 +48,6 @@ FILESYSTEM = "Filesystem"
 PHASE_AVAILABLE = "Available"
 PHASE_LOST = "Lost"
 STORAGE = "storage"
-
-
-class OwnerReference(msgspec.Struct, frozen=True):
-    """An owner of an object (an ephemeral volume's claim must be its pod's)."""
-
-    uid: str = ""
-    controller: bool = False
-
-
-class ClaimMeta(ObjectMeta, frozen=True, rename="camel"):
-    """A claim's metadata: its owners too."""
-
-    owner_references: tuple[OwnerReference, ...] = ()
 
 
 class ClaimResources(msgspec.Struct, frozen=True):
@@ -95,7 +77,6 @@ class ClaimStatus(msgspec.Struct, frozen=True):
 class PersistentVolumeClaim(KubeObject, frozen=True):
     """One PersistentVolumeClaim."""
 
-    metadata: ClaimMeta = ClaimMeta()
     spec: ClaimSpec = ClaimSpec()
     status: ClaimStatus = ClaimStatus()
 

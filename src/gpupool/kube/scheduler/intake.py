@@ -26,6 +26,7 @@ from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.translate import InvalidObjectError
 from gpupool.kube.policy.book import PolicyBook
 from gpupool.kube.scheduler.config import LiveStats
+from gpupool.kube.scheduler.default_spread import DefaultSpread
 from gpupool.kube.scheduler.state import ClusterState
 from gpupool.kube.scheduler.verdicts import Verdicts
 from gpupool.kube.scheduler.volume_binding import VolumesNotReadyError
@@ -57,6 +58,7 @@ class Intake:
         verdicts: Where a pod that cannot be read is reported.
         stats: Counts invalid pods.
         placement: The placement scheduler, shown each pod once.
+        spread: The cluster's default topology spread, for pods that state none.
     """
 
     def __init__(
@@ -66,12 +68,14 @@ class Intake:
         verdicts: Verdicts,
         stats: LiveStats,
         placement: Scheduler,
+        spread: DefaultSpread,
     ) -> None:
         self.state = state
         self.book = book
         self.verdicts = verdicts
         self.stats = stats
         self.placement = placement
+        self.spread = spread
         self.seen: set[str] = set()  # pods shown to the policy (online learning)
         self._raise_label = os.environ.get(FAILPOINT_RAISE_LABEL, "")
 
@@ -115,7 +119,7 @@ class Intake:
         try:
             if self._raise_label and self._raise_label in pod.metadata.labels:
                 raise RuntimeError(f"failpoint: label {self._raise_label} on {pod.key}")
-            return self.book.workload(pod, self.state.spec_of(pod))
+            return self.book.workload(pod, self.spread.applied(pod, self.state.spec_of(pod)))
         except VolumesNotReadyError as error:  # kube's PreFilter: no node, whatever runs there
             nodes = self.state.snapshot.size if self.state.snapshot is not None else 0
             message = f"0/{nodes} nodes are available: {error}."

@@ -50,6 +50,7 @@ from gpupool.kube.scheduler.budget_cache import BudgetCache
 from gpupool.kube.scheduler.claim_informers import ClaimInformers
 from gpupool.kube.scheduler.claim_ledger import ClaimCosts, changed_costs, claim_costs
 from gpupool.kube.scheduler.config import DecisionHook, LiveConfig, LiveStats
+from gpupool.kube.scheduler.default_spread import DefaultSpread
 from gpupool.kube.scheduler.departures import Departures
 from gpupool.kube.scheduler.evictions import Eviction, Evictor
 from gpupool.kube.scheduler.intake import Intake
@@ -111,12 +112,12 @@ class LiveScheduler:
             self.api, "/api/v1/pods", PodRecord, self._on_pod, field_selector=UNFINISHED_PODS
         )
         self.nodes = Informer(self.api, "/api/v1/nodes", NodeRecord, self._on_node)
-        self.dra = (
-            ClaimInformers(self.api, self.state, self._on_claims) if self.config.claims else None
-        )
+        claims = self.config.claims
+        self.dra = ClaimInformers(self.api, self.state, self._wake_if_leading) if claims else None
         self.volume_informers = VolumeInformers(self.api, self.state.volumes, self._on_volumes)
         self.policies = PolicySource(self.api, self._on_policy)
-        self.budgets = BudgetCache(self.api, self.state.pods, self._on_budget)
+        self.budgets = BudgetCache(self.api, self.state.pods, self._wake_if_leading)
+        self.spread = DefaultSpread(self.api)
         self.departures = Departures(self.api, self.eviction_terms, self.budgets.of)
         evictor = Evictor(self.departures, self.reports, self._still_evicting, self.wake.set)
         self.preemptions = Preemptions(evictor, self.reports)
@@ -129,7 +130,9 @@ class LiveScheduler:
         self._claims: ClaimCosts = ({}, {})  # last cycle's claim charges and companions
         self._deferred_in: Hashable = None  # the inputs of the last cycle that deferred pods
         self.verdicts = Verdicts(self.state, self.queue, self.reports, self.metrics)
-        self.intake = Intake(self.state, self.book, self.verdicts, self.stats, self.placement)
+        self.intake = Intake(
+            self.state, self.book, self.verdicts, self.stats, self.placement, self.spread
+        )
         self.binder = Binder(
             self.api,
             self.config,
@@ -204,11 +207,8 @@ class LiveScheduler:
             and eviction.preemptor.metadata.uid in self.state.pending
         )
 
-    def _on_budget(self) -> None:
-        if self.leading:
-            self.wake.set()
-
-    def _on_claims(self) -> None:
+    def _wake_if_leading(self) -> None:
+        """A budget or claim changed: the leader decides again."""
         if self.leading:
             self.wake.set()
 
@@ -247,6 +247,7 @@ class LiveScheduler:
             self.nodes.run(),
             self.policies.run(),
             self.budgets.informer.run(),
+            self.spread.run(),
             self.reports.run(),
             self.volume_informers.run(),
             *dra,
