@@ -265,6 +265,54 @@ async def test_anti_affinity_and_topology_spread_place_replicas_as_kube_schedule
     await delete_all_pods(api, namespace)
 
 
+async def test_a_services_replica_goes_where_the_default_spread_says_when_the_gpu_score_ties(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    """kube-scheduler's System default spread on the real API server: a Service selects three
+    web replicas on the first node (the other holds as many db pods; all ask nothing, so the
+    GPU score ties); the fourth replica goes to the second node. A pod no Service selects takes
+    the tie's first node, so the rule is what moved the replica."""
+    sel = {"test": namespace}
+    first, second = (node.name for node in await make_nodes(api, namespace, 2, gpus=8))
+    await api.create(
+        f"/api/v1/namespaces/{namespace}/services",
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+        },
+    )
+    standing = []
+    for index in range(3):
+        for app, node in (("web", first), ("db", second)):
+            pod = _with_pod_rules(gpu_pod(f"{app}-{index}", gpus=0, selector=sel), app)
+            pod["spec"]["nodeName"] = node
+            pod["spec"]["containers"][0]["resources"] = {}
+            standing.append(pod)
+    await create_pods(api, namespace, standing)
+    schedulers.start("solo")
+    replica = _with_pod_rules(gpu_pod("web-3", selector=sel), "web")
+    unselected = _with_pod_rules(gpu_pod("api-0", selector=sel), "api")
+    for pod, expected in ((replica, second), (unselected, first)):
+        await create_pods(api, namespace, [pod])
+        name = pod["metadata"]["name"]
+        await wait_for(lambda: _settled(api, namespace, len(standing) + 1), 30, f"{name} to settle")
+        bound = await api.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        assert bound["spec"].get("nodeName") == expected, (name, pending_reason(bound))
+        await api.request(
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            body={"gracePeriodSeconds": 0},
+        )
+
+        async def gone() -> bool:
+            return len(await list_pods(api, namespace)) == len(standing)
+
+        await wait_for(gone, 30, f"{name} to be deleted")
+    await delete_all_pods(api, namespace)
+
+
 async def test_sigkill_in_a_burst_loses_nothing_and_gives_no_share_twice(
     api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
 ) -> None:
