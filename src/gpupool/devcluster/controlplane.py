@@ -27,6 +27,10 @@ from gpupool.devcluster.processes import ManagedProcess, StartsAndStops, free_po
 START_TIMEOUT = 60.0
 STAGES_FILE = Path(__file__).with_name("kwok-stages.yaml")
 
+WORKLOAD_GATES = "--feature-gates=GenericWorkload=true"
+"""Kubernetes 1.37's Workload and PodGroup API (beta, off by default): on in every component
+that reads it, so gangs can be declared and kube-scheduler schedules them as the reference."""
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerClient:
@@ -117,6 +121,8 @@ class LocalControlPlane(StartsAndStops):
                 f"--service-account-signing-key-file={certs.sa_private}",
                 "--service-cluster-ip-range=10.96.0.0/16",
                 "--authorization-mode=RBAC",
+                WORKLOAD_GATES,  # the PodGroup API gangs are declared with
+                "--runtime-config=scheduling.k8s.io/v1beta1=true",
                 *self._controller_flags(),
                 "--allow-privileged=true",
                 # a real node's Hostname address (its name) resolves nowhere: logs and exec
@@ -220,7 +226,13 @@ class LocalControlPlane(StartsAndStops):
         health = free_port()
         self._start_component(
             "kube-scheduler",
-            [f"--config={config}", "--bind-address=127.0.0.1", f"--secure-port={health}", "--v=1"],
+            [
+                f"--config={config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={health}",
+                WORKLOAD_GATES,  # its own gang scheduling, the reference gpupool is checked with
+                "--v=1",
+            ],
             health,
             _insecure(),
         )

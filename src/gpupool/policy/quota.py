@@ -158,12 +158,21 @@ class Ledger:
 
 
 def hold_reason(
-    tables: QueueTables, layout: PoolLayout, ledger: Ledger, queue: int, pool: int, units: int
+    tables: QueueTables,
+    layout: PoolLayout,
+    ledger: Ledger,
+    queue: int,
+    pool: int,
+    units: int,
+    pods: int = 1,
 ) -> str:
-    """Why quota holds a pod of ``units`` from ``queue`` out of ``pool`` now ("" if it may go)."""
+    """Why quota holds ``pods`` pods of ``units`` in all from ``queue`` out of ``pool`` ("": go).
+
+    Several pods at once for a gang, which is admitted whole or not at all.
+    """
     name = tables.queues[queue].name
     pool_name = layout.pools[pool].name
-    if ledger.pods[queue] + 1 > tables.max_pods[queue]:
+    if ledger.pods[queue] + pods > tables.max_pods[queue]:
         return f"queue {name}: maxConcurrentPods {tables.max_pods[queue]} reached"
     if units == 0:
         return ""

@@ -29,6 +29,8 @@ class Workload:
             ``None`` to use a learned estimate.
         queue: The queue the pod names (its ``gpupool.io/queue`` label), as written: it counts
             only if that queue serves ``namespace``; empty to go by namespace alone.
+        gang: The gang it belongs to (``namespace/name`` of its PodGroup), admitted whole or
+            not at all; empty for a pod scheduled alone.
     """
 
     pod: PodSpec
@@ -39,6 +41,7 @@ class Workload:
     created_at: float = 0.0
     expected_runtime: float | None = None
     queue: str = ""
+    gang: str = ""
 
     @property
     def name(self) -> str:

@@ -18,6 +18,8 @@ waits with the filter's reason and "no node could ever hold it"; it never blocks
 holds no reservation, no pod waits behind it, no pod is skipped for its shape, and no victim is
 sought for it.
 
+The pods of a gang are decided together, with its first pod (:mod:`gpupool.scheduling.gangs`).
+
 Work per cycle is bounded so that a deep queue cannot stall it: a pod whose request is no smaller
 than one that already failed in the pool this cycle is not placed again (nothing was freed in
 between; it waits with that pod's rejection, which holds for it too), at most
@@ -47,6 +49,7 @@ from gpupool.scheduling.decisions import (
     Preempt,
     Wait,
 )
+from gpupool.scheduling.gangs import Gangs
 from gpupool.scheduling.never_fits import NeverFits, never_fits
 from gpupool.scheduling.nominated import drop_nominations_on, nomination_checks
 from gpupool.scheduling.ordering import order_pending, priority_of
@@ -106,6 +109,7 @@ class Cycle:
         )
         self.bound: list[str] = []
         self.last = False
+        self.gangs = Gangs(self, self.items)
 
     def run(self) -> CycleResult:
         """Decide for every pending pod, then undo the in-cycle binds."""
@@ -120,8 +124,9 @@ class Cycle:
             for index, (workload, queue) in enumerate(ordered):
                 self.last = index == len(ordered) - 1
                 held = workload.name in self.reservations.holders
-                never = self.never_fits.wait(workload, queue, self.checks)
-                if never is not None:
+                if workload.gang:
+                    decisions.append(self.gangs.decision(workload, queue, ordered))
+                elif (never := self.never_fits.wait(workload, queue, self.checks)) is not None:
                     decisions.append(never)
                 elif self.blocked and not held and self._every_pool_closed():
                     decisions.append(Wait(workload, queue, self._all_closed_reason()))
@@ -146,7 +151,7 @@ class Cycle:
 
     def _every_pool_closed(self) -> bool:
         return len(self.blocked) == self.engine.populated_pools and all(
-            self._closed(pool) for pool in self.blocked
+            self.closed(pool) for pool in self.blocked
         )
 
     def _decide(self, workload: Workload, queue: int) -> EngineDecision:
@@ -155,7 +160,7 @@ class Cycle:
         if isinstance(routes, str):
             return Wait(workload, queue, WaitCause(WaitKind.POOL, routes))
         holder = workload.name in self.reservations.holders
-        if not holder and all(self._closed(pool) for pool in routes):
+        if not holder and all(self.closed(pool) for pool in routes):
             first = routes[0]
             units = self.engine.policy.pending_units(workload.pod, first)
             held = hold_reason(self.tables, self.layout, self.ledger, queue, first, units)
@@ -178,7 +183,7 @@ class Cycle:
         heads = [(blocked[0].workload.name, pools[p].name) for p, blocked in self.blocked.items()]
         return waiting_behind(*heads)
 
-    def _closed(self, pool: int) -> bool:
+    def closed(self, pool: int) -> bool:
         """Whether nothing more may start in ``pool`` this cycle (strict order or depth)."""
         if pool not in self.blocked:
             return False
@@ -215,10 +220,10 @@ class Cycle:
                 placed = clear_of_reservations(
                     self, workload, queue, pool, heads or [], decision, checks
                 )
-            placed = self._eligible_gpus(workload, placed)
+            placed = self.eligible_gpus(workload, placed)
             if isinstance(placed, WaitCause):
                 return placed
-            return self._admit(workload, queue, pool, placed, backfilled=heads is not None)
+            return self.admit(workload, queue, pool, placed, backfilled=heads is not None)
         return self._unplaced(attempt, checks, decision)
 
     def _order_refusal(
@@ -332,7 +337,7 @@ class Cycle:
         """A blocked pod's checks for finding its reservation: its claim's devices emptied."""
         return self.checks(pool, head.workload, head.queue, freed=True)
 
-    def _eligible_gpus(self, workload: Workload, placed: Bind | WaitCause) -> Bind | WaitCause:
+    def eligible_gpus(self, workload: Workload, placed: Bind | WaitCause) -> Bind | WaitCause:
         """A claim pod's placement with the policy's GPUs kept to those its claim may use.
 
         The node check already passed only nodes with enough eligible free GPUs; without this
@@ -346,9 +351,10 @@ class Cycle:
             return WaitCause(WaitKind.NODE_CONSTRAINTS, REASON_NO_ELIGIBLE)
         return replace(placed, gpus=gpus)
 
-    def _admit(
+    def admit(
         self, workload: Workload, queue: int, pool: int, bind: Bind, *, backfilled: bool
     ) -> Admit:
+        """Admit ``workload`` there: later pods of the cycle see it bound and charged."""
         now = self.request.now
         units = milli_units(workload.pod, self.snapshot.nodes[bind.node].gpu_memory_mib)
         runtime = self.runtimes.estimate(workload, self.tables.queues[queue].name)

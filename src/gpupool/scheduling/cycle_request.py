@@ -51,12 +51,14 @@ def cycle_request(
     *,
     eligibility: Mapping[str, GpuEligibility] | None = None,
     disruption: DisruptionBudgets = NO_BUDGETS,
+    gangs: Mapping[str, int] | None = None,
 ) -> CycleRequest:
     """The request for one cycle (the fields of :class:`~.decisions.CycleRequest`).
 
     ``carried`` is what the previous cycle handed on (``None``: a first cycle); ``eligibility``
     the GPUs each claim pod's DRA claim may use and ``disruption`` the PodDisruptionBudgets that
-    cover running pods (the live scheduler only: the simulator has no budgets).
+    cover running pods (the live scheduler only: the simulator has no budgets); ``gangs`` each
+    gang's ``minCount``.
     """
     if carried is None:
         carried = Carried()
@@ -71,4 +73,5 @@ def cycle_request(
         reservations=carried.reservations,
         eligibility=eligibility or {},
         disruption=disruption,
+        gangs=gangs or {},
     )

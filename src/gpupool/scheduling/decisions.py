@@ -231,6 +231,8 @@ class CycleRequest:
             check wherever the pod is placed, and the GPU choice kept to those GPUs.
         disruption: The PodDisruptionBudgets that cover running pods (victims that break none
             are preferred).
+        gangs: Per gang (``namespace/name``), how many of its pods must start together
+            (``minCount``); a pending pod of a gang not listed waits for its PodGroup.
     """
 
     snapshot: ClusterSnapshot
@@ -243,6 +245,7 @@ class CycleRequest:
     reservations: Mapping[int, tuple[Reservation, ...]] = field(default_factory=dict)
     eligibility: Mapping[str, GpuEligibility] = field(default_factory=dict)
     disruption: DisruptionBudgets = NO_BUDGETS
+    gangs: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,8 @@ class WaitKind(StrEnum):
     """No node passes its selector, affinity, taints, volumes or readiness."""
     NEVER_FITS = "never_fits"
     """No node of its pools could ever hold it, even empty: it waits for the nodes to change."""
+    GANG = "gang"
+    """Its gang cannot start whole (too few of its pods fit at once), or its PodGroup is unknown."""
     PREEMPTING = "preempting"
     """It waits for the pods it preempts to go."""
     INVALID = "invalid_request"

@@ -173,7 +173,7 @@ async def _placed_beside_three_replicas(service: bool) -> str:
             standing = pod(name, namespace="team", labels=labels, node=on, cpu="", memory="")
             scheduler._on_pod(ADDED, standing)
     if service:
-        _add(scheduler.spread, _object(ServiceRecord, "web", {"selector": {"app": "web"}}))
+        _add(scheduler.intake.spread, _object(ServiceRecord, "web", {"selector": {"app": "web"}}))
     scheduler._on_pod(ADDED, pod("w3", namespace="team", labels=WEB, gpus=1))
     await scheduler.cycle()
     await settle(scheduler)

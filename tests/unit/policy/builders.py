@@ -120,10 +120,20 @@ class Cluster:
         self.ledger = self.policy.new_ledger()
         self.running: dict[str, Running] = {}
         self.nominations: dict[str, int] = {}
+        self.gangs: dict[str, int] = {}
+        """Each gang's minCount, as the PodGroups say."""
 
     def cycle(self, pending: Sequence[Workload], now: float = 0.0) -> CycleResult:
         return self.engine.cycle(
-            CycleRequest(self.snapshot, pending, self.running, self.ledger, now, self.nominations)
+            CycleRequest(
+                self.snapshot,
+                pending,
+                self.running,
+                self.ledger,
+                now,
+                self.nominations,
+                gangs=self.gangs,
+            )
         )
 
     def start(self, admit: Admit, now: float = 0.0) -> None:

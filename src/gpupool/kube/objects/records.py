@@ -156,6 +156,12 @@ class Volume(msgspec.Struct, frozen=True, rename="camel"):
         return ""
 
 
+class PodSchedulingGroup(msgspec.Struct, frozen=True, rename="camel"):
+    """The PodGroup a pod belongs to (``spec.schedulingGroup``, Kubernetes 1.37)."""
+
+    pod_group_name: str = ""
+
+
 class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
     """The pod spec fields the scheduler reads."""
 
@@ -176,6 +182,7 @@ class PodSpecRecord(msgspec.Struct, frozen=True, rename="camel"):
     replace the containers' sum."""
     volumes: tuple[Volume, ...] = ()
     termination_grace_period_seconds: int | None = None
+    scheduling_group: PodSchedulingGroup | None = None
 
 
 class ContainerStateWaiting(msgspec.Struct, frozen=True):

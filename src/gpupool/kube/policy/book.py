@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from gpupool.core.model import PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.kube.objects import allocation
+from gpupool.kube.objects.pod_groups import group_key
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.vocabulary import (
     ANNOTATION_ALLOCATION,
@@ -97,6 +98,7 @@ def workload_of(
         created_at=epoch_seconds(meta.creation_timestamp),
         expected_runtime=expected_runtime(pod),
         queue=queue_label,
+        gang=group_key(pod),
     )
 
 

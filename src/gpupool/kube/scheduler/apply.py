@@ -8,6 +8,8 @@
   its priority is placed there meanwhile) and its victims are evicted through the Eviction API
   (:mod:`gpupool.kube.scheduler.preempting`). The engine chose the node with the pod's own
   node constraints, so every preemption it returns is carried out.
+* A gang's PodGroup (Kubernetes 1.37) gets its ``PodGroupInitiallyScheduled`` condition
+  (:mod:`~gpupool.kube.scheduler.gang_status`).
 * ``Wait``: the pod stays pending with the engine's reason; a pod held only behind others of
   this cycle (:attr:`~gpupool.scheduling.wait_cause.WaitKind.BEHIND`) is told so and tried
   again in the next one.
@@ -15,7 +17,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpupool.core.decisions import Bind
 from gpupool.core.snapshot import AllocationError, ClusterSnapshot
@@ -23,6 +25,7 @@ from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.policy.book import PolicyBook
 from gpupool.kube.scheduler.binder import Binder
 from gpupool.kube.scheduler.config import LiveStats
+from gpupool.kube.scheduler.gang_status import GangStatus
 from gpupool.kube.scheduler.preempting import Preemptions
 from gpupool.kube.scheduler.reason_text import readable
 from gpupool.kube.scheduler.state import ClusterState
@@ -42,6 +45,10 @@ class Applier:
     verdicts: Verdicts
     binder: Binder
     stats: LiveStats
+    gangs: GangStatus = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.gangs = GangStatus(self.verdicts.reports)
 
     async def apply(
         self,
@@ -75,6 +82,7 @@ class Applier:
                     pod.metadata.uid, decision.cause, self.state.pods
                 )
                 self.verdicts.unschedulable(pod, readable(cause, self.state.pods), cause.kind)
+        self.gangs.after(result, self.state.pods)
         for pod, bind, pool_name, queue_name in admitted:
             self.verdicts.metrics.attempt("scheduled")
             self.verdicts.queue.in_flight(pod.metadata.uid)

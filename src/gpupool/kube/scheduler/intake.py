@@ -16,17 +16,22 @@ arrivals), not on every retry.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from gpupool.core.framework import Scheduler
+from gpupool.kube.client.api import KubeAPI
+from gpupool.kube.objects.pod_groups import group_key
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.translate import InvalidObjectError
 from gpupool.kube.policy.book import PolicyBook
 from gpupool.kube.scheduler.config import LiveStats
 from gpupool.kube.scheduler.default_spread import DefaultSpread
+from gpupool.kube.scheduler.gang_book import GangBook
 from gpupool.kube.scheduler.state import ClusterState
 from gpupool.kube.scheduler.verdicts import Verdicts
 from gpupool.kube.scheduler.volume_binding import VolumesNotReadyError
@@ -58,7 +63,9 @@ class Intake:
         verdicts: Where a pod that cannot be read is reported.
         stats: Counts invalid pods.
         placement: The placement scheduler, shown each pod once.
-        spread: The cluster's default topology spread, for pods that state none.
+        api: The API port its watches read: Services and controllers (the default topology
+            spread of a pod that states none) and PodGroups (which pods are gangs).
+        changed: Called when a PodGroup changes (pods waiting for it are tried again).
     """
 
     def __init__(
@@ -68,19 +75,27 @@ class Intake:
         verdicts: Verdicts,
         stats: LiveStats,
         placement: Scheduler,
-        spread: DefaultSpread,
+        api: KubeAPI,
+        changed: Callable[[], None],
     ) -> None:
         self.state = state
         self.book = book
         self.verdicts = verdicts
         self.stats = stats
         self.placement = placement
-        self.spread = spread
+        self.spread = DefaultSpread(api)
+        self.gangs = GangBook(api, changed)
         self.seen: set[str] = set()  # pods shown to the policy (online learning)
         self._raise_label = os.environ.get(FAILPOINT_RAISE_LABEL, "")
 
+    async def run(self) -> None:
+        """Watch what turns a pod into a workload (Services, controllers, PodGroups)."""
+        await asyncio.gather(self.spread.run(), self.gangs.run())
+
     def ready(self, every_cycle: Iterable[str]) -> list[str]:
         """The uids to decide now: those the queue releases, in pod order, then ``every_cycle``.
+
+        Then the other pending pods of their gangs: a gang is decided whole.
 
         ``every_cycle``: pods tried in every cycle whatever their queue entry says, the
         nominees, the holders of backfill reservations and the blocked pods awaiting one: a
@@ -95,7 +110,21 @@ class Intake:
             state.capacity_epoch,
             lambda uid: pod_order(pods[uid]) if uid in pods else (0, "", "", uid),
         )
-        return list(dict.fromkeys([*ready, *every_cycle]))
+        found = list(dict.fromkeys([*ready, *every_cycle]))
+        return [*found, *self._gang_peers(found)]
+
+    def _gang_peers(self, uids: list[str]) -> list[str]:
+        """The pending pods not among ``uids`` of the gangs some pod of ``uids`` belongs to."""
+        pods = self.state.pods
+        gangs = {key for uid in uids if uid in pods and (key := group_key(pods[uid]))}
+        if not gangs:
+            return []
+        chosen = set(uids)
+        return [
+            uid
+            for uid in self.state.pending
+            if uid not in chosen and uid in pods and group_key(pods[uid]) in gangs
+        ]
 
     def workloads(self, uids: Iterable[str]) -> list[Workload]:
         """The pending pods among ``uids`` as workloads; the others leave the queue."""
@@ -119,7 +148,10 @@ class Intake:
         try:
             if self._raise_label and self._raise_label in pod.metadata.labels:
                 raise RuntimeError(f"failpoint: label {self._raise_label} on {pod.key}")
-            return self.book.workload(pod, self.spread.applied(pod, self.state.spec_of(pod)))
+            workload = self.book.workload(pod, self.spread.applied(pod, self.state.spec_of(pod)))
+            if workload.gang and not self.gangs.gang_of(pod):  # a basic group: one by one
+                return replace(workload, gang="")
+            return workload
         except VolumesNotReadyError as error:  # kube's PreFilter: no node, whatever runs there
             nodes = self.state.snapshot.size if self.state.snapshot is not None else 0
             message = f"0/{nodes} nodes are available: {error}."

@@ -17,11 +17,10 @@ an exception while reading one pod becomes that pod's pending reason and a count
 on with the next pod, and a failing cycle is retried after a pause instead of ending the process
 (which would meet the same pod again after its restart).
 
-Only the leader runs cycles (:mod:`gpupool.kube.client.leader`); when a replica becomes leader it
-relists both informers first, so it starts from a fresh, consistent read of the cluster rather
-than from whatever its standby cache had. The pod informer leaves finished pods out (a field
-selector, as kube-scheduler's), so neither replica keeps them: a pod that finishes arrives as a
-deletion, which releases what it held.
+Only the leader runs cycles (:mod:`gpupool.kube.client.leader`); a replica that becomes leader
+relists its informers first, to start from a fresh read rather than its standby cache. The pod
+informer leaves finished pods out (a field selector, as kube-scheduler's): a pod that finishes
+arrives as a deletion, which releases what it held.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ from gpupool.kube.scheduler.budget_cache import BudgetCache
 from gpupool.kube.scheduler.claim_informers import ClaimInformers
 from gpupool.kube.scheduler.claim_ledger import ClaimCosts, changed_costs, claim_costs
 from gpupool.kube.scheduler.config import DecisionHook, LiveConfig, LiveStats
-from gpupool.kube.scheduler.default_spread import DefaultSpread
 from gpupool.kube.scheduler.departures import Departures
 from gpupool.kube.scheduler.evictions import Eviction, Evictor
 from gpupool.kube.scheduler.intake import Intake
@@ -117,7 +115,6 @@ class LiveScheduler:
         self.volume_informers = VolumeInformers(self.api, self.state.volumes, self._on_volumes)
         self.policies = PolicySource(self.api, self._on_policy)
         self.budgets = BudgetCache(self.api, self.state.pods, self._wake_if_leading)
-        self.spread = DefaultSpread(self.api)
         self.departures = Departures(self.api, self.eviction_terms, self.budgets.of)
         evictor = Evictor(self.departures, self.reports, self._still_evicting, self.wake.set)
         self.preemptions = Preemptions(evictor, self.reports)
@@ -131,7 +128,13 @@ class LiveScheduler:
         self._deferred_in: Hashable = None  # the inputs of the last cycle that deferred pods
         self.verdicts = Verdicts(self.state, self.queue, self.reports, self.metrics)
         self.intake = Intake(
-            self.state, self.book, self.verdicts, self.stats, self.placement, self.spread
+            self.state,
+            self.book,
+            self.verdicts,
+            self.stats,
+            self.placement,
+            self.api,
+            self._on_volumes,
         )
         self.binder = Binder(
             self.api,
@@ -208,12 +211,12 @@ class LiveScheduler:
         )
 
     def _wake_if_leading(self) -> None:
-        """A budget or claim changed: the leader decides again."""
+        """A node, budget or claim changed: the leader decides again."""
         if self.leading:
             self.wake.set()
 
     def _on_volumes(self) -> None:
-        """A claim, volume or class changed: pods parked for their volumes are tried again."""
+        """A claim, volume, class or PodGroup changed: pods parked for them are tried again."""
         self.state.capacity_epoch += 1
         if self.leading:
             self.wake.set()
@@ -224,8 +227,7 @@ class LiveScheduler:
 
     def _on_node(self, kind: str, node: NodeRecord) -> None:
         self.state.on_node(kind, node)
-        if self.leading:
-            self.wake.set()
+        self._wake_if_leading()
 
     @property
     def synced(self) -> bool:
@@ -247,7 +249,7 @@ class LiveScheduler:
             self.nodes.run(),
             self.policies.run(),
             self.budgets.informer.run(),
-            self.spread.run(),
+            self.intake.run(),
             self.reports.run(),
             self.volume_informers.run(),
             *dra,
@@ -372,6 +374,7 @@ class LiveScheduler:
             carried,
             eligibility=eligibility,
             disruption=self.budgets.budgets(),
+            gangs=self.intake.gangs.min_counts(),
         )
 
     def desired_status(self) -> dict[str, Status]:

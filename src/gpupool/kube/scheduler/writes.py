@@ -27,6 +27,7 @@ from gpupool.kube.client.api import (
     KubeAPI,
 )
 from gpupool.kube.objects.events import node_event, pod_event
+from gpupool.kube.objects.pod_groups import workload_group_path
 from gpupool.kube.objects.records import NodeRecord, PodRecord
 from gpupool.kube.objects.timestamps import now_rfc3339
 from gpupool.kube.scheduler.rights import is_policy_denial
@@ -240,6 +241,20 @@ class PodReporter:
         meta = pod.metadata
         path = f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}/status"
         self._put("PATCH", path, unschedulable_patch(message), STRATEGIC_PATCH)
+
+    def pod_group_condition(
+        self, group: str, kind: str, status: str, reason: str, message: str
+    ) -> None:
+        """Queue a condition of the 1.37 PodGroup ``namespace/name`` (merged by type)."""
+        path = f"{workload_group_path(group)}/status"
+        condition = {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now_rfc3339(),
+        }
+        self._put("PATCH", path, {"status": {"conditions": [condition]}}, STRATEGIC_PATCH)
 
     def nominate(self, pod: PodRecord, node: str) -> None:
         """Queue ``status.nominatedNodeName`` for a preemptor, as kube-scheduler writes it."""

@@ -1,0 +1,117 @@
+"""A gang starts with at least its minCount pods at once, or none of it does, and holds nothing.
+
+The cases of the issue, on the engine: a gang of 4 one-GPU pods beside 3 free GPUs binds none
+until a fourth frees; two gangs of 3 on 4 free GPUs: one starts whole, the other holds nothing
+(and a single pod behind it takes the room it left); a gang larger than its queue's ceiling, or
+its maxConcurrentPods counted per pod, waits with that reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpupool.policy.spec import PolicyConfig
+from gpupool.policy.workload import Workload
+from gpupool.scheduling.decisions import EASY, Admit, Wait
+from gpupool.scheduling.wait_cause import WaitKind
+
+from .builders import Cluster, node, one_pool, queue, whole, work
+
+
+def _cluster(gpus: int = 4, **quota: object) -> Cluster:
+    config = PolicyConfig((one_pool(),), (queue("q", "p", **quota),))  # type: ignore[arg-type]
+    return Cluster([node("n0", gpus=gpus)], config, EASY)
+
+
+def _gang(name: str, size: int, start: int = 0) -> list[Workload]:
+    return [
+        replace(work(whole(f"{name}-{i}"), "q", created_at=start + i), gang=f"q/{name}")
+        for i in range(size)
+    ]
+
+
+def _admitted(decisions: tuple[object, ...]) -> list[str]:
+    return [d.workload.name for d in decisions if isinstance(d, Admit)]
+
+
+def test_a_gang_of_four_beside_three_free_gpus_binds_none_until_a_fourth_frees() -> None:
+    cluster = _cluster()
+    holder = cluster.run([work(whole("holder"), "q")]).decisions[0]
+    assert isinstance(holder, Admit)
+    gang = _gang("train", 4, start=10)
+    cluster.gangs["q/train"] = 4
+    waiting = cluster.run(gang, 20.0).decisions
+    assert _admitted(waiting) == []
+    for decision in waiting:
+        assert isinstance(decision, Wait)
+        assert decision.cause.kind is WaitKind.GANG
+        assert decision.reason.startswith("gang q/train: 3 of the 4 pods it needs at once fit")
+    assert int(cluster.ledger.used.sum()) == 1000  # nothing charged for the gang
+    cluster.evict("holder")
+    assert _admitted(cluster.run(gang, 30.0).decisions) == [w.name for w in gang]
+
+
+def test_of_two_gangs_of_three_on_four_gpus_one_starts_whole_and_a_pod_takes_the_rest() -> None:
+    cluster = _cluster()
+    first, second = _gang("a", 3), _gang("b", 3, start=10)
+    cluster.gangs |= {"q/a": 3, "q/b": 3}
+    single = work(whole("single"), "q", created_at=20)
+    result = cluster.run([*first, *second, single], 30.0).decisions
+    assert _admitted(result) == [*(w.name for w in first), "single"]
+    assert all(isinstance(d, Wait) and d.cause.kind is WaitKind.GANG for d in result[3:6])
+
+
+def test_a_gang_above_its_queues_ceiling_waits_with_the_quota_reason() -> None:
+    cluster = _cluster(ceiling=2)
+    cluster.gangs["q/big"] = 3
+    decisions = cluster.run(_gang("big", 3)).decisions
+    assert _admitted(decisions) == []
+    reason = decisions[0].reason  # type: ignore[attr-defined]
+    assert reason == "gang q/big of 3 pods: queue q: ceiling 2 GPU units reached in pool p"
+
+
+def test_max_concurrent_pods_counts_every_pod_of_the_gang() -> None:
+    cluster = _cluster(max_pods=2)
+    cluster.gangs["q/trio"] = 3
+    decisions = cluster.run(_gang("trio", 3)).decisions
+    assert _admitted(decisions) == []
+    assert "maxConcurrentPods 2 reached" in decisions[0].reason  # type: ignore[attr-defined]
+
+
+def test_min_count_starts_the_gang_with_what_fits_and_the_rest_waits_alone() -> None:
+    cluster = _cluster(gpus=2)
+    cluster.gangs["q/elastic"] = 2
+    decisions = cluster.run(_gang("elastic", 3)).decisions
+    assert _admitted(decisions) == ["elastic-0", "elastic-1"]
+    last = decisions[2]
+    assert isinstance(last, Wait)
+    assert last.cause.kind is WaitKind.RESOURCES
+
+
+def test_running_pods_of_the_gang_count_toward_its_min_count() -> None:
+    cluster = _cluster()
+    gang = _gang("job", 4)
+    cluster.gangs["q/job"] = 4
+    assert len(_admitted(cluster.run(gang).decisions)) == 4
+    cluster.evict("job-3")  # one worker is replaced: it may start alone, its peers run
+    assert _admitted(cluster.run(gang[3:], 10.0).decisions) == ["job-3"]
+
+
+def test_a_pod_whose_pod_group_is_unknown_waits_for_it() -> None:
+    cluster = _cluster()
+    (decision,) = cluster.run(_gang("early", 1)).decisions
+    assert isinstance(decision, Wait)
+    assert (decision.cause.kind, decision.reason) == (
+        WaitKind.GANG,
+        "waiting for PodGroup q/early",
+    )
+
+
+def test_a_gang_with_fewer_pods_than_its_min_count_waits_for_the_rest_and_holds_nothing() -> None:
+    cluster = _cluster()
+    cluster.gangs["q/partial"] = 4
+    decisions = cluster.run(_gang("partial", 2)).decisions
+    assert _admitted(decisions) == []
+    assert decisions[0].reason == (  # type: ignore[attr-defined]
+        "gang q/partial: 2 of the 4 pods it needs are pending"
+    )
