@@ -10,6 +10,7 @@ least; this module applies it inside a cycle (:class:`~gpupool.scheduling.cycle.
 * at most one search per queue and pool and ``max_preemptions`` in all per cycle (searching is
   the expensive part, found or not; one per queue keeps a queue whose first pods can never
   preempt from using up the searches of the others);
+* a victim's gang goes with it (:mod:`gpupool.scheduling.gang_eviction`);
 * a pod chosen as a victim is not offered again in the same cycle, so two preemptors are never
   promised the same room, and the disruptions it takes from PodDisruptionBudgets are not
   counted on again (:mod:`gpupool.scheduling.disruption`).
@@ -28,6 +29,7 @@ from gpupool.core.snapshot import BoolArray
 from gpupool.policy.quota import Ledger, QueueTables
 from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.decisions import CycleRequest, EngineOptions
+from gpupool.scheduling.gang_eviction import whole_gangs
 from gpupool.scheduling.preemption import (
     Rule,
     VictimChoice,
@@ -157,6 +159,7 @@ class VictimSearch:
 
     def _taken(self, choice: VictimChoice | None) -> VictimChoice | None:
         if choice is not None:
+            choice = whole_gangs(choice, self.request.running, self.request.now)
             self.evicting.update(choice.victims)
             self.disruption = self.disruption.after(choice.victims)
         return choice

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from gpupool.policy.spec import PolicyConfig
 from gpupool.policy.workload import Workload
-from gpupool.scheduling.decisions import EASY, Admit, Wait
+from gpupool.scheduling.decisions import EASY, Admit, Preempt, Wait
 from gpupool.scheduling.wait_cause import WaitKind
 
 from .builders import Cluster, node, one_pool, queue, whole, work
@@ -115,3 +115,15 @@ def test_a_gang_with_fewer_pods_than_its_min_count_waits_for_the_rest_and_holds_
     assert decisions[0].reason == (  # type: ignore[attr-defined]
         "gang q/partial: 2 of the 4 pods it needs are pending"
     )
+
+
+def test_preemption_that_takes_one_pod_of_a_gang_takes_the_whole_gang() -> None:
+    """Two one-GPU nodes hold a gang of two; a higher-priority pod needs one GPU: the worker
+    it evicts would leave its peer holding the other GPU for nothing, so both go."""
+    config = PolicyConfig((one_pool(),), (queue("q", "p"),))
+    cluster = Cluster([node("n0", gpus=1), node("n1", gpus=1)], config, EASY)
+    cluster.gangs["q/pair"] = 2
+    assert len(_admitted(cluster.run(_gang("pair", 2)).decisions)) == 2
+    (urgent,) = cluster.run([work(whole("urgent"), "q", priority=10, created_at=5)], 10.0).decisions
+    assert isinstance(urgent, Preempt), urgent
+    assert sorted(urgent.victims) == ["pair-0", "pair-1"]
