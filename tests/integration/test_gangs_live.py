@@ -2,7 +2,8 @@
 
 The issue's cases, each in its own namespace on nodes of its own: a gang of 4 one-GPU pods beside
 3 free GPUs binds none until the fourth frees, then all 4; of two gangs of 3 on 4 free GPUs one
-runs whole and the other holds nothing; a gang above its queue's ceiling pends with that reason.
+runs whole and the other holds nothing; a gang above its queue's ceiling pends with that reason;
+an indexed Job, whose PodGroup kube-controller-manager makes (gate WorkloadWithJob), starts whole.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .live_helpers import (
 )
 
 pytestmark = pytest.mark.integration
+CONTROLLERS = True  # kube-controller-manager's Job controller makes a Job's PodGroup
 
 Json = dict[str, Any]
 GROUPS = "/apis/scheduling.k8s.io/v1beta1/namespaces/{}/podgroups"
@@ -168,3 +170,58 @@ async def test_a_gang_above_its_queues_ceiling_pends_with_that_reason(
     finally:
         await api.delete(f"/apis/gpupool.io/v1alpha1/gpuqueues/{namespace}-q")
         await delete_all_pods(api, namespace)
+
+
+async def test_an_indexed_jobs_pod_group_made_by_its_controller_is_gang_scheduled(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    await make_nodes(api, namespace, 1, gpus=4)
+    schedulers.start("solo")
+    await create_pods(api, namespace, [gpu_pod("holder", selector={"test": namespace})])
+    template = gpu_pod("worker", selector={"test": namespace})
+    template["spec"]["restartPolicy"] = "Never"
+    await api.create(
+        f"/apis/batch/v1/namespaces/{namespace}/jobs",
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "train"},
+            "spec": {
+                "completionMode": "Indexed",
+                "completions": 4,
+                "parallelism": 4,
+                # a gang of all its pods (minCount defaults to parallelism); without it the
+                # Job controller makes a basic PodGroup, whose pods go one by one
+                "scheduling": {"schedulingPolicy": {"gang": {}}},
+                "template": {"metadata": {"labels": {"job": "train"}}, "spec": template["spec"]},
+            },
+        },
+    )
+
+    async def workers() -> list[Json]:
+        return [p for p in await list_pods(api, namespace) if p["metadata"]["name"] != "holder"]
+
+    async def four_told() -> bool:
+        found = await workers()
+        return len(found) == 4 and all(pending_reason(p) for p in found)
+
+    await wait_for(four_told, 60, "the Job's four pods told why they wait")
+    found = await workers()
+    assert all(p["spec"].get("schedulingGroup") for p in found), found[0]["spec"]
+    assert not any(p["spec"].get("nodeName") for p in found)
+    assert all("3 of the 4 pods it needs at once fit" in pending_reason(p) for p in found)
+    await api.request(
+        "DELETE", f"/api/v1/namespaces/{namespace}/pods/holder", body={"gracePeriodSeconds": 0}
+    )
+
+    async def all_bound() -> bool:
+        found = await workers()
+        return len(found) == 4 and all(p["spec"].get("nodeName") for p in found)
+
+    await wait_for(all_bound, 60, "the Job's gang bound whole")
+    await api.request(
+        "DELETE",
+        f"/apis/batch/v1/namespaces/{namespace}/jobs/train",
+        body={"propagationPolicy": "Background"},
+    )
+    await delete_all_pods(api, namespace)

@@ -27,9 +27,10 @@ from gpupool.devcluster.processes import ManagedProcess, StartsAndStops, free_po
 START_TIMEOUT = 60.0
 STAGES_FILE = Path(__file__).with_name("kwok-stages.yaml")
 
-WORKLOAD_GATES = "--feature-gates=GenericWorkload=true"
-"""Kubernetes 1.37's Workload and PodGroup API (beta, off by default): on in every component
-that reads it, so gangs can be declared and kube-scheduler schedules them as the reference."""
+WORKLOAD_GATES = "--feature-gates=GenericWorkload=true,WorkloadWithJob=true"
+"""Kubernetes 1.37's Workload and PodGroup API (beta, off by default), and the Job controller
+making a PodGroup for each Job (alpha): on in every component that reads them, so gangs can be
+declared, Jobs become gangs, and kube-scheduler schedules them as the reference."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +178,7 @@ class LocalControlPlane(StartsAndStops):
                 "--use-service-account-credentials=false",
                 f"--cluster-signing-cert-file={certs.ca_cert}",
                 f"--cluster-signing-key-file={certs.ca_cert.with_name('ca.key')}",
+                WORKLOAD_GATES,  # the Job controller makes each Job's PodGroup
                 "--v=1",
             ],
             health,
