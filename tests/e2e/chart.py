@@ -29,6 +29,9 @@ STANDBY = "gpupool-scheduler-standby"
 STANDBY_LABEL = "gpupool.io/e2e-standby"
 HAMI_LIBRARY = "/var/lib/gpupool/libvgpu.so"  # a node path: each real node has its own
 
+FAKE_GPUS = "h100-islands"
+"""The node's fake GPUs: eight H100s in two NVLink islands of four."""
+
 
 def helm(cluster: Cluster, *args: str, timeout: float = 600) -> str:
     command = [str(find_helm()), *args, f"--kubeconfig={cluster.plane.kubeconfig}"]
@@ -50,7 +53,7 @@ def chart_values(cluster: Cluster, extra: dict[str, str] | None = None) -> list[
         "controlPlane.port": str(free_port()),
         "webhook.port": str(free_port()),
         "agent.metricsPort": str(free_port()),
-        "agent.fakeGpus": "h100",
+        "agent.fakeGpus": FAKE_GPUS,
         "agent.mpsControlDaemon": "false",
         # one node, one network namespace: a second replica could not bind the same port
         "controlPlane.replicas": "1",

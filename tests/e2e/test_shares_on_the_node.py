@@ -19,7 +19,7 @@ import pytest
 
 from gpupool.agent.cdi import spec_path
 from gpupool.kube.client.api import KubeAPI
-from gpupool.kube.objects.vocabulary import RESOURCE_GPU
+from gpupool.kube.objects.vocabulary import ANNOTATION_GPU_LINKS, RESOURCE_GPU
 
 from .chart import installed_with_hami
 from .conftest import Cluster, wait_for
@@ -166,6 +166,34 @@ async def test_each_container_sees_exactly_its_gpus_with_the_pools_caps(
         assert not any(key.startswith("CUDA_DEVICE_") for key in env_in(report))
         assert "preload" not in report
         assert not any(key.startswith(("limit:", "mount:")) for key in report)
+
+
+@pytest.mark.timeout(1800)
+async def test_a_two_gpu_pod_gets_both_gpus_from_one_nvlink_island(
+    installed: Cluster, api: KubeAPI
+) -> None:
+    """The node's eight GPUs are two NVLink islands of four (the agent publishes them). A
+    three-GPU pod takes GPUs 0-2; the first free pair by index would then be 3 and 4, one in
+    each island, joined only by PCIe: the two-GPU pod gets two GPUs of the second island, and
+    its container sees exactly those."""
+    cluster = installed
+    await published(api, cluster.node.name, CAPACITY)
+    node = await api.get(f"/api/v1/nodes/{cluster.node.name}")
+    assert node["metadata"]["annotations"][ANNOTATION_GPU_LINKS] == "0,0,0,0,1,1,1,1"
+    image = cluster.images.test_workload
+    script = f"{INSPECT}\n{DONE}"
+    async with tenants(cluster, api, "carol") as made:
+        [(namespace, carol)] = made
+        path = f"/api/v1/namespaces/{namespace}/pods"
+        await carol.create(path, workload_pod("three", image, script, {RESOURCE_GPU: "3"}))
+        await pod_log(carol, namespace, "three")
+        await carol.create(path, workload_pod("pair", image, script, {RESOURCE_GPU: "2"}))
+        report = await pod_log(carol, namespace, "pair")
+        three = await expected_gpus(carol, namespace, "three")
+        pair = await expected_gpus(carol, namespace, "pair")
+        assert three == {"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"}, three
+        assert pair == {"/dev/nvidia4", "/dev/nvidia5"}, pair
+        assert set(devices_in(report)) == pair | CONTROL_NODES
 
 
 @pytest.mark.timeout(1800)

@@ -23,11 +23,12 @@ from gpupool.kube.objects.vocabulary import (
 )
 from gpupool.policy.spec import DEFAULT_MAX_PODS_PER_GPU
 
+from .chart import FAKE_GPUS
 from .conftest import Cluster, create_namespace, wait_for
 
 DONE = "echo done=1; exec sleep 3600"
-GPUS = len(preset_devices("h100", "any"))
-"""The node's fake GPUs (the chart's ``agent.fakeGpus=h100``)."""
+GPUS = len(preset_devices(FAKE_GPUS, "any"))
+"""The node's fake GPUs (the chart's ``agent.fakeGpus``)."""
 CAPACITY = GPUS * DEFAULT_MAX_PODS_PER_GPU
 """One-share pods the node's fake GPUs hold: the default pool's pods per GPU on each."""
 CONTROL_NODES = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}

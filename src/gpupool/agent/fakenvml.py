@@ -32,7 +32,9 @@ _MODELS = {
     "A100": 81920,
     "T4": 15360,
 }
-PRESETS = ("h100", "h200", "a100-mig", "t4")
+PRESETS = ("h100", "h100-islands", "h200", "a100-mig", "t4")
+"""``h100``: eight GPUs on one NVSwitch (one NVLink domain); ``h100-islands``: eight GPUs in two
+NVLink islands of four (GPUs 0-3 and 4-7 reach each other only over PCIe)."""
 # NVML's full names, and whether the board supports MIG
 _PRODUCTS = {
     "H100": ("NVIDIA H100 80GB HBM3", True),
@@ -52,7 +54,13 @@ def preset_devices(preset: str, node: str) -> tuple[GpuDevice, ...]:
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown fake GPU preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    model = {"h100": "H100", "h200": "H200", "a100-mig": "A100", "t4": "T4"}[preset]
+    model = {
+        "h100": "H100",
+        "h100-islands": "H100",
+        "h200": "H200",
+        "a100-mig": "A100",
+        "t4": "T4",
+    }[preset]
     count = 4 if preset == "t4" else 8
     devices = []
     for index in range(count):
@@ -73,6 +81,7 @@ def preset_devices(preset: str, node: str) -> tuple[GpuDevice, ...]:
                 product_name=product,
                 mig_capable=mig_capable,
                 driver_version=FAKE_DRIVER_VERSION,
+                link_domain=index // 4 if preset == "h100-islands" else 0,
             )
         )
     return tuple(devices)

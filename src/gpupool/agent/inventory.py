@@ -3,7 +3,8 @@
 The scheduler reads a node's GPUs from what is published here
 (:mod:`gpupool.kube.objects.translate`): the model and memory labels, the UUID annotation (its
 length is the number of GPUs the scheduler places on, its order is the ``index`` of the allocation
-record), and MIG slices as allocatable. Publishing is a merge patch of only gpupool's keys, sent
+record), each GPU's NVLink domain when the node has more than one, and MIG slices as
+allocatable. Publishing is a merge patch of only gpupool's keys, sent
 only when they changed, so an unchanged node costs nothing and other controllers' labels are never
 touched.
 
@@ -19,6 +20,7 @@ from gpupool.agent.devices import advertised
 from gpupool.agent.nvml import GpuDevice
 from gpupool.kube.client.api import JsonObject, KubeAPI
 from gpupool.kube.objects.vocabulary import (
+    ANNOTATION_GPU_LINKS,
     ANNOTATION_GPU_UNHEALTHY,
     ANNOTATION_GPU_UUIDS,
     LABEL_GPU_MEMORY,
@@ -66,9 +68,11 @@ def publication(gpus: tuple[GpuDevice, ...], slots_per_gpu: int) -> NodePublicat
     plain = schedulable_gpus(gpus)
     labels = gpu_labels(gpus)
     unhealthy = ",".join(gpu.uuid for gpu in gpus if not gpu.healthy)
+    links = [str(gpu.link_domain) for gpu in plain]
     annotations: dict[str, str | None] = {
         ANNOTATION_GPU_UUIDS: ",".join(gpu.uuid for gpu in plain) or None,
         ANNOTATION_GPU_UNHEALTHY: unhealthy or None,
+        ANNOTATION_GPU_LINKS: ",".join(links) if len(set(links)) > 1 else None,
     }
     allocatable = {
         name: str(sum(device.healthy for device in devices))

@@ -9,7 +9,7 @@ imported lazily: the scheduler and the CLI never load it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 
@@ -44,6 +44,8 @@ class GpuDevice:
         product_name: NVML's full name (``NVIDIA H100 80GB HBM3``); empty when unknown.
         mig_capable: Whether the GPU supports MIG at all.
         driver_version: The NVIDIA driver's version (``570.124.06``); empty when unknown.
+        link_domain: Its NVLink domain: GPUs joined by NVLink (directly or through an
+            NVSwitch) share one; 0 for all when NVML reports no NVLink.
     """
 
     index: int
@@ -57,6 +59,7 @@ class GpuDevice:
     product_name: str = ""
     mig_capable: bool = False
     driver_version: str = ""
+    link_domain: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +184,27 @@ class RealNvml:
                     driver_version=driver,
                 )
             )
-        return tuple(result)
+        linked = self._nvlinked(self._handles())
+        if linked is None:  # unknown: one domain, as if every GPU reached every other alike
+            return tuple(result)
+        domains = link_domains(len(result), linked)
+        return tuple(replace(gpu, link_domain=domains[gpu.index]) for gpu in result)
+
+    def _nvlinked(self, handles: list[Any]) -> set[tuple[int, int]] | None:
+        """The pairs of GPU indexes NVML says are joined by NVLink (``None``: it cannot say)."""
+        nvml = self._nvml
+        pairs = set()
+        for a, first in enumerate(handles):
+            for b in range(a + 1, len(handles)):
+                try:
+                    status = nvml.nvmlDeviceGetP2PStatus(
+                        first, handles[b], nvml.NVML_P2P_CAPS_INDEX_NVLINK
+                    )
+                except nvml.NVMLError:  # a driver without the query
+                    return None
+                if status == nvml.NVML_P2P_STATUS_OK:
+                    pairs.add((a, b))
+        return pairs
 
     def _mig_devices(self, handle: Any) -> tuple[MigDevice, ...]:
         nvml = self._nvml
@@ -280,3 +303,22 @@ class RealNvml:
         if self._events is not None:
             self._nvml.nvmlEventSetFree(self._events)
         self._nvml.nvmlShutdown()
+
+
+def link_domains(count: int, linked: set[tuple[int, int]]) -> tuple[int, ...]:
+    """Per GPU index, its NVLink domain: the connected groups of the ``linked`` pairs.
+
+    Numbered in the order of their lowest index; an NVSwitch joins every pair: one domain.
+    """
+    parent = list(range(count))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for a, b in linked:
+        parent[max(root(a), root(b))] = min(root(a), root(b))
+    numbers: dict[int, int] = {}
+    return tuple(numbers.setdefault(root(i), len(numbers)) for i in range(count))

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from gpupool.agent.fakenvml import PRESETS
 from gpupool.cli.options import LogLevel, fail, log_level_of, start_logging
 
 NodeName = Annotated[
@@ -20,7 +21,7 @@ Kubeconfig = Annotated[
 FakeGpus = Annotated[
     str,
     typer.Option(
-        help="Use a fake NVML: h100, h200, a100-mig or t4 (no GPU needed); its processes and "
+        help=f"Use a fake NVML: {', '.join(PRESETS)} (no GPU needed); its processes and "
         "XIDs come from fake-nvml.json in the state folder."
     ),
 ]

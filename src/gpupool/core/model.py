@@ -140,6 +140,8 @@ class NodeSpec:
         unhealthy_gpus: Indexes of GPUs that must take no new pod (a critical XID): they keep
             their index, so the pods already on them stay held where their records say, but
             no filter, GPU choice or preemption gives them out again.
+        gpu_links: The NVLink domain of each GPU by index (GPUs of one domain are joined by
+            NVLink or an NVSwitch, others only by PCIe); empty when unknown or one domain.
         extra_resources: Allocatable amounts of every other resource (:data:`ExtraResources`);
             stored sorted, zero amounts dropped.
         refused_kinds: Request kinds the node's agent refused to start lately for a reason of
@@ -163,6 +165,7 @@ class NodeSpec:
     unhealthy_gpus: tuple[int, ...] = ()
     refused_kinds: tuple[RequestKind, ...] = ()
     extra_resources: ExtraResources = ()
+    gpu_links: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         owner = f"node {self.name!r}"
@@ -177,6 +180,12 @@ class NodeSpec:
             raise InvalidSpecError(owner, "gpu_model", "a node with GPUs needs a model name")
         for profile, count in self.mig_slices:
             _require_non_negative(owner, f"mig_slices[{profile}]", count)
+        if self.gpu_links and len(self.gpu_links) != self.gpu_count:
+            raise InvalidSpecError(
+                owner,
+                "gpu_links",
+                f"one domain per GPU ({self.gpu_count}), got {len(self.gpu_links)}",
+            )
         for index in self.unhealthy_gpus:
             if not 0 <= index < self.gpu_count:
                 raise InvalidSpecError(

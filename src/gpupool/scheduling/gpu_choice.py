@@ -3,7 +3,10 @@
 Three rules cover the published policies (placement-benchmark.md, section 2.4):
 
 * best fit: each share goes to the eligible GPU with the least free compute, lowest index on
-  ties; for whole GPUs that is simply the first fully free GPUs by index;
+  ties; for whole GPUs that is simply the first fully free GPUs by index; a pod of several GPUs
+  on a node of several NVLink domains takes them from one domain when one has room (its
+  collective traffic then stays on NVLink, not PCIe), the domain with the fewest usable GPUs
+  left over, so whole domains stay free for larger pods;
 * random fit: a single share goes to a uniformly random eligible GPU; whole GPUs as best fit;
 * scored choice (FGD) lives with its policy.
 """
@@ -14,7 +17,7 @@ import numpy as np
 
 from gpupool.core.filtering import eligible_gpus
 from gpupool.core.model import MILLI_PER_GPU, PodSpec
-from gpupool.core.snapshot import ClusterSnapshot
+from gpupool.core.snapshot import ClusterSnapshot, IntArray
 
 _NEVER = np.iinfo(np.int64).max
 
@@ -24,8 +27,28 @@ def best_fit_gpus(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> tuple[i
     if pod.gpu_count == 0:
         return ()
     key = np.where(eligible_gpus(snapshot, pod, node), snapshot.gpu_free[node], _NEVER)
+    links = snapshot.nodes[node].gpu_links
+    if pod.gpu_count > 1 and links:
+        linked = _one_domain(key, links, pod.gpu_count)
+        if linked is not None:
+            return linked
     order = np.argsort(key, kind="stable")[: pod.gpu_count]
     return tuple(int(i) for i in order)
+
+
+def _one_domain(key: IntArray, links: tuple[int, ...], count: int) -> tuple[int, ...] | None:
+    """The best-fit ``count`` GPUs of the one domain that holds them with least room left over."""
+    domains = np.asarray(links, dtype=np.int64)
+    usable = key[: len(domains)] != _NEVER
+    best: tuple[int, int] | None = None
+    for domain in np.unique(domains).tolist():
+        room = int((usable & (domains == domain)).sum())
+        if room >= count and (best is None or room < best[0]):
+            best = (room, domain)
+    if best is None:
+        return None
+    inside = np.where(domains == best[1], key[: len(domains)], _NEVER)
+    return tuple(int(i) for i in np.argsort(inside, kind="stable")[:count])
 
 
 def random_fit_gpus(

@@ -54,6 +54,7 @@ from gpupool.kube.objects.records import NodeRecord, PodRecord
 from gpupool.kube.objects.translate_affinity import pod_terms
 from gpupool.kube.objects.vocabulary import (
     ANNOTATION_ALLOWED_MODELS,
+    ANNOTATION_GPU_LINKS,
     ANNOTATION_GPU_UNHEALTHY,
     ANNOTATION_GPU_UUIDS,
     ANNOTATION_HANDOFF_REFUSED,
@@ -210,6 +211,7 @@ def node_spec(node: NodeRecord) -> NodeSpec:
             owner, node.metadata.annotations.get(ANNOTATION_HANDOFF_REFUSED)
         ),
         extra_resources=extras,
+        gpu_links=gpu_links(node, gpus),
     )
 
 
@@ -234,6 +236,20 @@ def _gpus(node: NodeRecord, devices: int) -> tuple[int, tuple[int, ...]]:
     if not unhealthy or (devices == 0 and len(unhealthy) < len(listed)):
         return min(devices, len(listed)), ()
     return len(listed), unhealthy
+
+
+def gpu_links(node: NodeRecord, count: int) -> tuple[int, ...]:
+    """Each GPU's NVLink domain, from the agent's annotation.
+
+    None (one domain) when it lists another number of GPUs than the node has, or is not a list
+    of integers: the annotation is the agent's, and a node is better placed without it.
+    """
+    listed = node.metadata.annotations.get(ANNOTATION_GPU_LINKS, "")
+    try:
+        domains = tuple(int(value) for value in listed.split(",")) if listed else ()
+    except ValueError:
+        return ()
+    return domains if len(domains) == count else ()
 
 
 def gpu_uuids(node: NodeRecord, count: int) -> tuple[str, ...]:

@@ -49,10 +49,15 @@ ANNOTATION_HANDOFF_REFUSED = "gpupool.io/handoff-refused"
 hand-off it refused for a reason of the node's own (a GPU it counts as full, a missing MPS
 daemon), as JSON ``{"share": "why"}``: the scheduler keeps that kind of pod off the node until
 the entry goes (a later hand-off of the kind succeeds, or the agent's retry time passes)."""
+ANNOTATION_GPU_LINKS = "gpupool.io/gpu-nvlink-domains"
+"""Node annotation written by the node agent: the NVLink domain of each GPU in the order of
+``gpupool.io/gpu-uuids`` (``0,0,0,0,1,1,1,1``: two islands of four joined by NVLink), present
+only when the node has more than one domain."""
 SCHEDULED_NODE_ANNOTATIONS = (
     ANNOTATION_GPU_UUIDS,
     ANNOTATION_GPU_UNHEALTHY,
     ANNOTATION_HANDOFF_REFUSED,
+    ANNOTATION_GPU_LINKS,
 )
 """The node annotations placement reads: a change in one rebuilds the scheduler's snapshot."""
 ANNOTATION_GPU_USAGE = "gpupool.io/gpu-usage"
