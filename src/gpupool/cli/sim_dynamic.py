@@ -88,6 +88,13 @@ Spread = Annotated[
         "(DoNotSchedule, maxSkew 1; 0..1)."
     ),
 ]
+Gangs = Annotated[
+    float,
+    typer.Option(
+        help="Share of the multi-GPU pods that arrive as a gang of one-GPU pods which start "
+        "together or not at all (0..1)."
+    ),
+]
 Governance = Annotated[
     bool,
     typer.Option(help="Apply the governance rules (with --idle-share/--overrun-share)."),
@@ -130,6 +137,7 @@ def sim_dynamic(
     claims: Claims = 0.0,
     anti_affinity: AntiAffinity = 0.0,
     spread: Spread = 0.0,
+    gangs: Gangs = 0.0,
 ) -> None:
     """Poisson arrivals at --load, trace shapes, lognormal durations, pools and team queues."""
     from gpupool.sim.dynamic import DynamicSettings, run_dynamic
@@ -164,6 +172,7 @@ def sim_dynamic(
             team_constraints=team_selectors(team_node_selector or []),
             claims=claims,
             pod_rules=PodRuleShares(anti_affinity, spread),
+            gangs=gangs,
         )
     except ValueError as error:
         raise fail(_option_error(error)) from None

@@ -83,6 +83,8 @@ class SimulatedCluster:
         self._runs: dict[str, int] = {}
         self.claim_pods: set[str] = set()
         """The pods that ask by a claim, until they are gone for good."""
+        self.gangs: dict[str, int] = {}
+        """Each gang's minCount (its pods name it in ``Workload.gang``)."""
         self._any_gpu = GpuEligibility.over(
             self.snapshot,
             {row: frozenset(range(node.gpu_count)) for row, node in enumerate(self.snapshot.nodes)},
@@ -155,6 +157,7 @@ class SimulatedCluster:
                 self.runtimes,
                 self.carried,
                 eligibility={name: self._any_gpu for name in self.claim_pods & self.pending.keys()},
+                gangs=self.gangs,
             )
             result = self.engine.cycle(request)
             self.carried = Carried.after(result)

@@ -44,6 +44,7 @@ from gpupool.scheduling.decisions import Admit, CycleResult, EngineOptions, Pree
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.sim.cluster import CLAIM_KINDS, SimulatedCluster
 from gpupool.sim.dynamic_metrics import DynamicMetrics
+from gpupool.sim.gang_arrivals import GangTally, as_gang
 from gpupool.sim.governance_model import GovernanceModel, GovernanceSim
 from gpupool.sim.pod_rules import HOSTNAME, PodRuleShares, with_pod_rules
 from gpupool.sim.workload_process import Arrival, ArrivalProcess
@@ -74,6 +75,8 @@ class DynamicSettings:
             run); the results must not move (:mod:`gpupool.sim.cluster`).
         pod_rules: Shares of the GPU pods that carry pod anti-affinity or topology spread
             (:mod:`gpupool.sim.pod_rules`).
+        gangs: Fraction of the multi-GPU pods that arrive as a gang of one-GPU pods
+            (:mod:`gpupool.sim.gang_arrivals`).
     """
 
     rho: float
@@ -87,11 +90,13 @@ class DynamicSettings:
     team_constraints: tuple[tuple[str, NodeConstraints], ...] = ()
     claims: float = 0.0
     pod_rules: PodRuleShares = field(default_factory=PodRuleShares)
+    gangs: float = 0.0
 
     def __post_init__(self) -> None:
         checks = (
             ("rho", self.rho > 0),
             ("claims", 0 <= self.claims <= 1),
+            ("gangs", 0 <= self.gangs <= 1),
             ("hours", self.hours > 0),
             ("warmup_hours", 0 <= self.warmup_hours < self.hours),
             ("scale", 0 < self.scale <= 1),
@@ -157,6 +162,7 @@ class _DynamicRun(SimulatedCluster):
         self.metrics = DynamicMetrics(self.policy, gpus * MILLI_UNITS, start, self.end)
         self.claims_asked = 0
         self.ruled = {"anti_affinity": 0, "spread": 0}
+        self.gang_tally = GangTally((start, self.end))
         self.governance = None
         if settings.governance is not None:  # its own stream: the other draws stay as they were
             own_stream = np.random.SeedSequence(settings.seed).spawn(4)[3]
@@ -194,8 +200,13 @@ class _DynamicRun(SimulatedCluster):
         if rule:
             workload = replace(workload, pod=pod)
             self.ruled[rule] += 1
-        self.metrics.pod_arrived(workload)
-        self.arrive(workload, hold, self._asks_by_claim(workload.name, workload.pod.kind))
+        members = as_gang(workload, self.settings.gangs)
+        if members is not None:
+            self.gangs[workload.name] = len(members)
+            self.gang_tally.arrive(workload.name, len(members), self.now)
+        for member in members or [workload]:
+            self.metrics.pod_arrived(member)
+            self.arrive(member, hold, self._asks_by_claim(member.name, member.pod.kind))
 
     def _asks_by_claim(self, name: str, kind: RequestKind) -> bool:
         share = self.settings.claims
@@ -216,11 +227,15 @@ class _DynamicRun(SimulatedCluster):
     def on_start(self, decision: Admit, record: Running) -> None:
         """Count the start and its delay; the governance model watches it from now."""
         self.metrics.pod_started(decision, self.now)
+        if record.workload.gang:
+            self.gang_tally.started(record.workload.gang, self.now)
         if self.governance is not None:
             self.governance.started(record.workload.name, self.now, decision.units)
 
     def on_release(self, record: Running) -> None:
-        """The governance model sees every release."""
+        """The governance model and the gang tally see every release."""
+        if record.workload.gang:
+            self.gang_tally.ended(record.workload.gang, self.now)
         if self.governance is not None:
             self.governance.ended(record.workload.name, self.now)
 
@@ -261,6 +276,8 @@ class _DynamicRun(SimulatedCluster):
             "spread": settings.pod_rules.spread,
             "anti_affinity_pods": self.ruled["anti_affinity"],
             "spread_pods": self.ruled["spread"],
+            "gang_share": settings.gangs,
+            **self.gang_tally.report(),
         }
         if self.governance is not None:
             allocated = self.metrics.allocated_gpu_hours()
