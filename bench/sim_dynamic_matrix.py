@@ -102,6 +102,10 @@ def _cell(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "backfilled",
             "pending_at_end",
             "wall_seconds",
+            "gangs",
+            "gang_wait_p50_s",
+            "gang_wait_p95_s",
+            "partial_gang_gpu_hours",
         )
     }
     sizes = sorted({size for run in runs for size in run["queue_delay_s_by_size"]})
@@ -172,6 +176,12 @@ def main() -> None:
         default=0.0,
         help="Share of the GPU pods with a DoNotSchedule topology spread (gpupool.sim.pod_rules).",
     )
+    parser.add_argument(
+        "--gangs",
+        type=float,
+        default=0.0,
+        help="Share of the multi-GPU pods arriving as gangs (gpupool.sim.gang_arrivals).",
+    )
     args = parser.parse_args()
     try:
         rules = PodRuleShares(args.anti_affinity, args.spread)
@@ -205,6 +215,7 @@ def main() -> None:
                 "seed": seed,
                 "engine": flags,
                 "pod_rules": asdict(rules),
+                "gangs": args.gangs,
             },
         )
         for rho in loads
@@ -229,6 +240,7 @@ def main() -> None:
             "warmup_hours": args.warmup,
             "variants": variants,
             "pod_rules": asdict(rules),
+            "gangs": args.gangs,
             "complete": len(runs) == len(jobs),
             "cells": cells,
             "runs": runs,
