@@ -60,6 +60,13 @@ def bench_live(
             "spread on the hostname, alternately (0.2: every fifth pod)."
         ),
     ] = 0.0,
+    gangs: Annotated[
+        int,
+        typer.Option(
+            help="Pods per PodGroup (scheduling.k8s.io/v1beta1, gang minCount) that start "
+            "together, for both schedulers (0: no gangs)."
+        ),
+    ] = 0,
 ) -> None:
     """Bind throughput of gpupool and kube-scheduler on one real local control plane."""
     try:
@@ -86,6 +93,7 @@ def bench_live(
         max_foreign_cpu=max_foreign_cpu,
         retries=retries,
         pod_rules=pod_rules,
+        gangs=gangs,
     )
     try:
         config.validate()

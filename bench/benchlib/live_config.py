@@ -35,6 +35,7 @@ class LiveConfig:
         retries: How many runs may be set aside that way in all.
         pod_rules: The share of pods with a required anti-affinity or a topology spread
             (:mod:`benchlib.live_rules`); 0: none.
+        gangs: Pods per PodGroup that start together (:mod:`benchlib.live_gangs`); 0: none.
     """
 
     nodes: int = 1000
@@ -50,6 +51,7 @@ class LiveConfig:
     max_foreign_cpu: float = 0.1
     retries: int = 3
     pod_rules: float = 0.0
+    gangs: int = 0
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the CLI option of a bad value."""
@@ -83,6 +85,8 @@ class LiveConfig:
             raise ValueError("--max-foreign-cpu: must be in (0, 1]")
         if not 0 <= self.pod_rules <= 1:
             raise ValueError(f"--pod-rules: must be in [0, 1], got {self.pod_rules}")
+        if self.gangs < 0:
+            raise ValueError(f"--gangs: must be >= 0, got {self.gangs}")
         if self.retries < 0:
             raise ValueError("--retries: must be >= 0")
 

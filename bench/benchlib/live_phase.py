@@ -19,6 +19,7 @@ from benchlib.allocation_check import check_allocations, inventory
 from benchlib.binds import BindTimes
 from benchlib.live_claims import BENCH_DRIVER, check_claims, prepare_claims
 from benchlib.live_config import LiveConfig
+from benchlib.live_gangs import check_gangs, create_groups, gang_of, with_gang
 from benchlib.live_report import fmt, iso
 from benchlib.live_rules import check_rule_groups, pod_rule, with_rule
 from benchlib.live_setup import (
@@ -88,6 +89,7 @@ class PhaseResult:
     watch_events: int = 0
     node_counts: dict[str, Any] = field(default_factory=dict)
     rule_groups: dict[str, Any] = field(default_factory=dict)
+    gangs: dict[str, Any] = field(default_factory=dict)
     allocations: dict[str, Any] | None = None
     error: str | None = None
 
@@ -123,10 +125,15 @@ async def run_phase(
             api, namespace, nodes, names, (PHASE_LABEL, label), config.concurrency, driver
         )
         log(f"{scheduler}: slices and claims created in {time.monotonic() - began:.1f} s")
+    if config.gangs:
+        await create_groups(api, namespace, config.pods, config.gangs, config.concurrency)
     manifests = (
-        with_rule(
-            pod_manifest(name, scheduler, selector, name if claims else ""),
-            pod_rule(index, config.pod_rules, config.nodes),
+        with_gang(
+            with_rule(
+                pod_manifest(name, scheduler, selector, name if claims else ""),
+                pod_rule(index, config.pod_rules, config.nodes),
+            ),
+            gang_of(index, config.gangs),
         )
         for index, name in enumerate(names)
     )
@@ -171,6 +178,8 @@ async def run_phase(
     result.node_counts = check_node_counts(pods, {n.name: n.gpus for n in nodes})
     if config.pod_rules:
         result.rule_groups = check_rule_groups(pods)
+    if config.gangs:
+        result.gangs = check_gangs(pods)
     if scheduler == GPUPOOL:
         phase_nodes = await api.list_items(f"/api/v1/nodes?labelSelector={PHASE_LABEL}%3D{label}")
         result.allocations = check_allocations(pods, inventory(phase_nodes)).summary()

@@ -122,6 +122,7 @@ def live_report(
 
     report: dict[str, Any] = {"benchmark": "live_throughput", **measured}
     report.update(nodes=config.nodes, pods=config.pods, gpus_per_node=config.gpus_per_node)
+    report.update(pod_rules=config.pod_rules, gangs=config.gangs)
     report["runs"] = len(runs)
     report["orders"] = [run.get("order") for run in runs]
     report["failed_runs"] = [run["run"] for run in runs if run.get("error")]
@@ -134,6 +135,7 @@ def live_report(
             per_run(scheduler, "pods_per_second_first_to_last")
         )
         report[f"{key}_pods_per_second_per_run"] = per_run(scheduler, "pods_per_second")
+        report[f"{key}_seconds_to_last_bind"] = _median(per_run(scheduler, "seconds_to_last_bind"))
         report[f"{key}_foreign_cpu_per_run"] = [
             run["phases"].get(scheduler, {}).get("cpu_while_binding", {}).get("foreign_fraction")
             for run in runs
@@ -240,6 +242,7 @@ def report_ok(report: dict[str, Any]) -> bool:
         and all(phase["complete"] for phase in phases)
         and all(phase["node_counts"].get("ok", True) for phase in phases)
         and all(phase.get("rule_groups", {}).get("ok", True) for phase in phases)
+        and all(not phase.get("gangs", {}).get("partial") for phase in phases)
         and report["gpupool_allocations_ok"] is not False
         and report.get("kube_scheduler_claims_ok") is not False
     )
@@ -296,6 +299,16 @@ def format_table(report: dict[str, Any]) -> str:
     )
     if broken:
         lines.append(f"ANTI-AFFINITY OR SPREAD BROKEN in {', '.join(broken)} (see per_run)")
+    partial = sorted(
+        {
+            name
+            for run in report["per_run"]
+            for name, phase in run["phases"].items()
+            if phase.get("gangs", {}).get("partial")
+        }
+    )
+    if partial:
+        lines.append(f"GANGS LEFT PARTLY BOUND in {', '.join(partial)} (see per_run)")
     for key, what in (
         ("gpupool_allocations_ok", "gpupool allocations"),
         ("kube_scheduler_claims_ok", "kube-scheduler's claim allocations"),
