@@ -54,4 +54,4 @@ def test_a_dynamic_run_with_gangs_starts_them_whole_and_holds_nothing_for_partia
     assert report["gang_wait_p95_s"] >= report["gang_wait_p50_s"] >= 0.0
     assert report["partial_gang_gpu_hours"] == 0.0
     running = Counter(r.workload.gang for r in run.running.values() if r.workload.gang)
-    assert all(count == run.gangs[gang] for gang, count in running.items()), running
+    assert all(count == run.gangs[gang].min_count for gang, count in running.items()), running

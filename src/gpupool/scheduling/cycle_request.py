@@ -17,7 +17,7 @@ from gpupool.policy.quota import Ledger
 from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.backfill import Reservation
 from gpupool.scheduling.claim_placement import GpuEligibility
-from gpupool.scheduling.decisions import CycleRequest, CycleResult
+from gpupool.scheduling.decisions import CycleRequest, CycleResult, GangSpec
 from gpupool.scheduling.disruption import NO_BUDGETS, DisruptionBudgets
 from gpupool.scheduling.runtime import RuntimeEstimator
 
@@ -51,14 +51,14 @@ def cycle_request(
     *,
     eligibility: Mapping[str, GpuEligibility] | None = None,
     disruption: DisruptionBudgets = NO_BUDGETS,
-    gangs: Mapping[str, int] | None = None,
+    gangs: Mapping[str, GangSpec] | None = None,
 ) -> CycleRequest:
     """The request for one cycle (the fields of :class:`~.decisions.CycleRequest`).
 
     ``carried`` is what the previous cycle handed on (``None``: a first cycle); ``eligibility``
     the GPUs each claim pod's DRA claim may use and ``disruption`` the PodDisruptionBudgets that
-    cover running pods (the live scheduler only: the simulator has no budgets); ``gangs`` each
-    gang's ``minCount``.
+    cover running pods (the live scheduler only: the simulator has no budgets); ``gangs`` what
+    each gang's PodGroup asks.
     """
     if carried is None:
         carried = Carried()

@@ -211,6 +211,21 @@ EngineDecision = Admit | Wait | Preempt
 
 
 @dataclass(frozen=True, slots=True)
+class GangSpec:
+    """What a gang's PodGroup asks.
+
+    Attributes:
+        min_count: How many of its pods must start together (``gang.minCount``).
+        evict_alone: Its pods may be disrupted one at a time (``disruptionMode: single``);
+            otherwise (``all``, or none given) a pod preemption or reclaim takes goes with its
+            whole gang.
+    """
+
+    min_count: int
+    evict_alone: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class CycleRequest:
     """Everything one cycle decides from.
 
@@ -231,8 +246,8 @@ class CycleRequest:
             check wherever the pod is placed, and the GPU choice kept to those GPUs.
         disruption: The PodDisruptionBudgets that cover running pods (victims that break none
             are preferred).
-        gangs: Per gang (``namespace/name``), how many of its pods must start together
-            (``minCount``); a pending pod of a gang not listed waits for its PodGroup.
+        gangs: Per gang (``namespace/name``), what its PodGroup asks; a pending pod of a gang
+            not listed waits for its PodGroup.
     """
 
     snapshot: ClusterSnapshot
@@ -245,7 +260,7 @@ class CycleRequest:
     reservations: Mapping[int, tuple[Reservation, ...]] = field(default_factory=dict)
     eligibility: Mapping[str, GpuEligibility] = field(default_factory=dict)
     disruption: DisruptionBudgets = NO_BUDGETS
-    gangs: Mapping[str, int] = field(default_factory=dict)
+    gangs: Mapping[str, GangSpec] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

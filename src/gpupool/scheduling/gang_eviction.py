@@ -1,10 +1,12 @@
 """A gang is evicted whole: when preemption or reclaim takes one of its pods, the rest go too.
 
 The pods of a gang only make progress together; a worker evicted alone leaves its peers holding
-GPUs for nothing (Kubernetes 1.37 calls this ``disruptionMode: All``). So a victim choice that
-names a pod of a gang is widened to every running pod of that gang, wherever it runs, and the
-work they lose is added to the choice's cost. The choice still made room on its node with the
-victims it named; the peers free more than was needed, never less.
+GPUs for nothing (Kubernetes 1.37's ``disruptionMode: all``, and gpupool's default when the
+PodGroup names none). So a victim choice that names a pod of such a gang is widened to every
+running pod of that gang, wherever it runs, and the work they lose is added to the choice's
+cost. The choice still made room on its node with the victims it named; the peers free more
+than was needed, never less. A gang whose PodGroup says ``disruptionMode: single`` (the Job
+controller's default) loses only the pods chosen.
 """
 
 from __future__ import annotations
@@ -13,15 +15,26 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from gpupool.policy.workload import Running
+from gpupool.scheduling.decisions import GangSpec
 from gpupool.scheduling.preemption import VictimChoice, lost_gpu_seconds
 
 
-def whole_gangs(choice: VictimChoice, running: Mapping[str, Running], now: float) -> VictimChoice:
-    """``choice`` with every running pod of each gang one of its victims belongs to."""
+def whole_gangs(
+    choice: VictimChoice,
+    running: Mapping[str, Running],
+    now: float,
+    gangs_asked: Mapping[str, GangSpec],
+) -> VictimChoice:
+    """``choice`` with every running pod of each gang one of its victims belongs to.
+
+    Not for gangs whose PodGroup lets their pods go alone (``gangs_asked``).
+    """
     gangs = {
-        record.workload.gang
+        gang
         for name in choice.victims
-        if (record := running.get(name)) is not None and record.workload.gang
+        if (record := running.get(name)) is not None
+        and (gang := record.workload.gang)
+        and not ((spec := gangs_asked.get(gang)) is not None and spec.evict_alone)
     }
     if not gangs:
         return choice

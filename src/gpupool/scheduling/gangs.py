@@ -73,10 +73,10 @@ class Gangs:
         return self.decided.pop(workload.name)
 
     def _decide(self, gang: str, members: list[Member]) -> dict[str, EngineDecision]:
-        min_count = self.cycle.request.gangs.get(gang)
-        if min_count is None:
+        spec = self.cycle.request.gangs.get(gang)
+        if spec is None:
             return _all_wait(members, WaitCause(WaitKind.GANG, f"waiting for PodGroup {gang}"))
-        needed = max(0, min_count - self.running[gang])
+        needed = max(0, spec.min_count - self.running[gang])
         if len(members) < needed:  # not all its pods exist yet (a controller makes them)
             detail = f"gang {gang}: {len(members)} of the {needed} pods it needs are pending"
             return _all_wait(members, WaitCause(WaitKind.GANG, detail))

@@ -159,7 +159,8 @@ class VictimSearch:
 
     def _taken(self, choice: VictimChoice | None) -> VictimChoice | None:
         if choice is not None:
-            choice = whole_gangs(choice, self.request.running, self.request.now)
+            request = self.request
+            choice = whole_gangs(choice, request.running, request.now, request.gangs)
             self.evicting.update(choice.victims)
             self.disruption = self.disruption.after(choice.victims)
         return choice

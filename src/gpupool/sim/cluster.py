@@ -35,7 +35,7 @@ from gpupool.policy.spec import PolicyConfig
 from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.claim_placement import GpuEligibility
 from gpupool.scheduling.cycle_request import Carried, cycle_request
-from gpupool.scheduling.decisions import Admit, CycleResult, EngineOptions, Preempt, Wait
+from gpupool.scheduling.decisions import Admit, CycleResult, EngineOptions, GangSpec, Preempt, Wait
 from gpupool.scheduling.engine import PolicyEngine
 from gpupool.scheduling.runtime import RuntimeEstimator
 
@@ -83,8 +83,8 @@ class SimulatedCluster:
         self._runs: dict[str, int] = {}
         self.claim_pods: set[str] = set()
         """The pods that ask by a claim, until they are gone for good."""
-        self.gangs: dict[str, int] = {}
-        """Each gang's minCount (its pods name it in ``Workload.gang``)."""
+        self.gangs: dict[str, GangSpec] = {}
+        """What each gang asks (its pods name it in ``Workload.gang``)."""
         self._any_gpu = GpuEligibility.over(
             self.snapshot,
             {row: frozenset(range(node.gpu_count)) for row, node in enumerate(self.snapshot.nodes)},

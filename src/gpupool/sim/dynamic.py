@@ -40,7 +40,7 @@ from gpupool.policy.membership import node_labels
 from gpupool.policy.spec import PolicyConfig
 from gpupool.policy.units import MILLI_UNITS
 from gpupool.policy.workload import Running
-from gpupool.scheduling.decisions import Admit, CycleResult, EngineOptions, Preempt
+from gpupool.scheduling.decisions import Admit, CycleResult, EngineOptions, GangSpec, Preempt
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.sim.cluster import CLAIM_KINDS, SimulatedCluster
 from gpupool.sim.dynamic_metrics import DynamicMetrics
@@ -202,7 +202,7 @@ class _DynamicRun(SimulatedCluster):
             self.ruled[rule] += 1
         members = as_gang(workload, self.settings.gangs)
         if members is not None:
-            self.gangs[workload.name] = len(members)
+            self.gangs[workload.name] = GangSpec(len(members))
             self.gang_tally.arrive(workload.name, len(members), self.now)
         for member in members or [workload]:
             self.metrics.pod_arrived(member)

@@ -23,6 +23,7 @@ from gpupool.kube.objects.pod_groups import (
 )
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.scheduler.gang_book import GangBook
+from gpupool.scheduling.decisions import GangSpec
 
 from .builders import node, pod_dict
 from .live_recorder import Recorder, live_scheduler, settle
@@ -60,13 +61,20 @@ def test_a_gang_is_known_by_its_min_count_and_a_basic_groups_pods_go_alone(
     _feed(book, _group("serve", {"basic": {}}))
     cosched = {"metadata": {"name": "ray", "namespace": "ml"}, "spec": {"minMember": 3}}
     _feed(book, msgspec.convert(cosched, CoschedulingGroupRecord))
-    assert book.min_counts() == {"ml/train": 4, "ml/ray": 3}
+    assert book.specs() == {"ml/train": GangSpec(4), "ml/ray": GangSpec(3)}
     assert book.gang_of(_pod("a", group="train")) == "ml/train"
     assert book.gang_of(_pod("b", group="serve")) == ""
     assert book.gang_of(_pod("c", label="ray")) == "ml/ray"
     assert book.gang_of(_pod("d", group="later")) == "ml/later"  # waits for its group
     _feed(book, _group("train", {"gang": {"minCount": 4}}), DELETED)
-    assert "ml/train" not in book.min_counts()
+    assert "ml/train" not in book.specs()
+    single = {"gang": {"minCount": 2}}
+    _feed(book, msgspec.convert(
+        {"metadata": {"name": "job", "namespace": "ml"},
+         "spec": {"schedulingPolicy": single, "disruptionMode": {"single": {}}}},
+        PodGroupRecord,
+    ))  # fmt: skip
+    assert book.specs()["ml/job"] == GangSpec(2, evict_alone=True)
 
 
 async def test_the_live_scheduler_binds_a_gang_whole_when_the_queue_releases_one_pod() -> None:

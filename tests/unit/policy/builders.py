@@ -10,7 +10,7 @@ from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.spec import PolicyConfig, PoolMode, PoolSpec, QueueSpec, QuotaSpec
 from gpupool.policy.workload import Running, Workload
-from gpupool.scheduling.decisions import Admit, CycleRequest, CycleResult, EngineOptions
+from gpupool.scheduling.decisions import Admit, CycleRequest, CycleResult, EngineOptions, GangSpec
 from gpupool.scheduling.engine import PolicyEngine
 from gpupool.scheduling.policies.bestfit import BestFitPolicy
 
@@ -120,8 +120,8 @@ class Cluster:
         self.ledger = self.policy.new_ledger()
         self.running: dict[str, Running] = {}
         self.nominations: dict[str, int] = {}
-        self.gangs: dict[str, int] = {}
-        """Each gang's minCount, as the PodGroups say."""
+        self.gangs: dict[str, GangSpec] = {}
+        """What each gang asks, as the PodGroups say."""
 
     def cycle(self, pending: Sequence[Workload], now: float = 0.0) -> CycleResult:
         return self.engine.cycle(

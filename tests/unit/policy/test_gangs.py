@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from gpupool.policy.spec import PolicyConfig
 from gpupool.policy.workload import Workload
-from gpupool.scheduling.decisions import EASY, Admit, Preempt, Wait
+from gpupool.scheduling.decisions import EASY, Admit, GangSpec, Preempt, Wait
 from gpupool.scheduling.wait_cause import WaitKind
 
 from .builders import Cluster, node, one_pool, queue, whole, work
@@ -39,7 +39,7 @@ def test_a_gang_of_four_beside_three_free_gpus_binds_none_until_a_fourth_frees()
     holder = cluster.run([work(whole("holder"), "q")]).decisions[0]
     assert isinstance(holder, Admit)
     gang = _gang("train", 4, start=10)
-    cluster.gangs["q/train"] = 4
+    cluster.gangs["q/train"] = GangSpec(4)
     waiting = cluster.run(gang, 20.0).decisions
     assert _admitted(waiting) == []
     for decision in waiting:
@@ -54,7 +54,7 @@ def test_a_gang_of_four_beside_three_free_gpus_binds_none_until_a_fourth_frees()
 def test_of_two_gangs_of_three_on_four_gpus_one_starts_whole_and_a_pod_takes_the_rest() -> None:
     cluster = _cluster()
     first, second = _gang("a", 3), _gang("b", 3, start=10)
-    cluster.gangs |= {"q/a": 3, "q/b": 3}
+    cluster.gangs |= {"q/a": GangSpec(3), "q/b": GangSpec(3)}
     single = work(whole("single"), "q", created_at=20)
     result = cluster.run([*first, *second, single], 30.0).decisions
     assert _admitted(result) == [*(w.name for w in first), "single"]
@@ -63,7 +63,7 @@ def test_of_two_gangs_of_three_on_four_gpus_one_starts_whole_and_a_pod_takes_the
 
 def test_a_gang_above_its_queues_ceiling_waits_with_the_quota_reason() -> None:
     cluster = _cluster(ceiling=2)
-    cluster.gangs["q/big"] = 3
+    cluster.gangs["q/big"] = GangSpec(3)
     decisions = cluster.run(_gang("big", 3)).decisions
     assert _admitted(decisions) == []
     reason = decisions[0].reason  # type: ignore[attr-defined]
@@ -72,7 +72,7 @@ def test_a_gang_above_its_queues_ceiling_waits_with_the_quota_reason() -> None:
 
 def test_max_concurrent_pods_counts_every_pod_of_the_gang() -> None:
     cluster = _cluster(max_pods=2)
-    cluster.gangs["q/trio"] = 3
+    cluster.gangs["q/trio"] = GangSpec(3)
     decisions = cluster.run(_gang("trio", 3)).decisions
     assert _admitted(decisions) == []
     assert "maxConcurrentPods 2 reached" in decisions[0].reason  # type: ignore[attr-defined]
@@ -80,7 +80,7 @@ def test_max_concurrent_pods_counts_every_pod_of_the_gang() -> None:
 
 def test_min_count_starts_the_gang_with_what_fits_and_the_rest_waits_alone() -> None:
     cluster = _cluster(gpus=2)
-    cluster.gangs["q/elastic"] = 2
+    cluster.gangs["q/elastic"] = GangSpec(2)
     decisions = cluster.run(_gang("elastic", 3)).decisions
     assert _admitted(decisions) == ["elastic-0", "elastic-1"]
     last = decisions[2]
@@ -91,7 +91,7 @@ def test_min_count_starts_the_gang_with_what_fits_and_the_rest_waits_alone() -> 
 def test_running_pods_of_the_gang_count_toward_its_min_count() -> None:
     cluster = _cluster()
     gang = _gang("job", 4)
-    cluster.gangs["q/job"] = 4
+    cluster.gangs["q/job"] = GangSpec(4)
     assert len(_admitted(cluster.run(gang).decisions)) == 4
     cluster.evict("job-3")  # one worker is replaced: it may start alone, its peers run
     assert _admitted(cluster.run(gang[3:], 10.0).decisions) == ["job-3"]
@@ -109,7 +109,7 @@ def test_a_pod_whose_pod_group_is_unknown_waits_for_it() -> None:
 
 def test_a_gang_with_fewer_pods_than_its_min_count_waits_for_the_rest_and_holds_nothing() -> None:
     cluster = _cluster()
-    cluster.gangs["q/partial"] = 4
+    cluster.gangs["q/partial"] = GangSpec(4)
     decisions = cluster.run(_gang("partial", 2)).decisions
     assert _admitted(decisions) == []
     assert decisions[0].reason == (  # type: ignore[attr-defined]
@@ -122,8 +122,18 @@ def test_preemption_that_takes_one_pod_of_a_gang_takes_the_whole_gang() -> None:
     it evicts would leave its peer holding the other GPU for nothing, so both go."""
     config = PolicyConfig((one_pool(),), (queue("q", "p"),))
     cluster = Cluster([node("n0", gpus=1), node("n1", gpus=1)], config, EASY)
-    cluster.gangs["q/pair"] = 2
+    cluster.gangs["q/pair"] = GangSpec(2)
     assert len(_admitted(cluster.run(_gang("pair", 2)).decisions)) == 2
     (urgent,) = cluster.run([work(whole("urgent"), "q", priority=10, created_at=5)], 10.0).decisions
     assert isinstance(urgent, Preempt), urgent
     assert sorted(urgent.victims) == ["pair-0", "pair-1"]
+
+
+def test_a_gang_whose_pod_group_says_single_loses_only_the_pod_preemption_takes() -> None:
+    config = PolicyConfig((one_pool(),), (queue("q", "p"),))
+    cluster = Cluster([node("n0", gpus=1), node("n1", gpus=1)], config, EASY)
+    cluster.gangs["q/pair"] = GangSpec(2, evict_alone=True)  # disruptionMode: single
+    assert len(_admitted(cluster.run(_gang("pair", 2)).decisions)) == 2
+    (urgent,) = cluster.run([work(whole("urgent"), "q", priority=10, created_at=5)], 10.0).decisions
+    assert isinstance(urgent, Preempt), urgent
+    assert len(urgent.victims) == 1

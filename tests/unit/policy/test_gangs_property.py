@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from gpupool.policy.spec import PolicyConfig
 from gpupool.policy.workload import Workload
-from gpupool.scheduling.decisions import EASY, Admit
+from gpupool.scheduling.decisions import EASY, Admit, GangSpec
 
 from .builders import Cluster, node, one_pool, queue, whole, work
 
@@ -40,7 +40,7 @@ def test_no_gang_starts_below_its_min_count_and_no_quota_is_exceeded(
     pending: list[Workload] = []
     for g, (size, min_count, gpus) in enumerate(gangs):
         team = "a" if g % 2 else "b"
-        cluster.gangs[f"{team}/g{g}"] = min(min_count, size)
+        cluster.gangs[f"{team}/g{g}"] = GangSpec(min(min_count, size))
         pending += [
             replace(work(whole(f"g{g}-{i}", gpus), team, created_at=g), gang=f"{team}/g{g}")
             for i in range(size)
@@ -54,7 +54,7 @@ def test_no_gang_starts_below_its_min_count_and_no_quota_is_exceeded(
         running = Counter(r.workload.gang for r in cluster.running.values())
         for gang, count in started.items():
             if gang:
-                assert running[gang] >= cluster.gangs[gang], (gang, count, running[gang])
+                assert running[gang] >= cluster.gangs[gang].min_count, (gang, count, running[gang])
         tables = cluster.policy.tables
         assert (cluster.ledger.used <= tables.ceiling).all()
         assert (cluster.ledger.pods <= tables.max_pods).all()

@@ -2,7 +2,8 @@
 
 * Kubernetes 1.37's ``scheduling.k8s.io/v1beta1`` PodGroup (gate ``GenericWorkload``): the pod
   names it in ``spec.schedulingGroup.podGroupName``; ``spec.schedulingPolicy.gang.minCount``
-  pods must start together, a ``basic`` policy schedules them one by one.
+  pods must start together, a ``basic`` policy schedules them one by one;
+  ``spec.disruptionMode.single`` lets preemption and reclaim take its pods one at a time.
 * The scheduler-plugins coscheduling ``scheduling.x-k8s.io/v1alpha1`` PodGroup that Kubeflow's
   training operator and KubeRay write: the pod carries the label
   ``scheduling.x-k8s.io/pod-group``; ``spec.minMember`` pods must start together.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import msgspec
 
 from gpupool.kube.objects.records import KubeObject, PodRecord
+from gpupool.scheduling.decisions import GangSpec
 
 WORKLOAD_API = "/apis/scheduling.k8s.io/v1beta1"
 WORKLOAD_API_GROUPS = f"{WORKLOAD_API}/podgroups"
@@ -35,10 +37,17 @@ class SchedulingPolicy(msgspec.Struct, frozen=True):
     gang: GangPolicy | None = None
 
 
+class DisruptionMode(msgspec.Struct, frozen=True):
+    """``spec.disruptionMode``: ``single`` (pods disrupted one at a time) or ``all``."""
+
+    single: dict[str, object] | None = None
+
+
 class PodGroupSpec(msgspec.Struct, frozen=True, rename="camel"):
     """The spec fields a gang is made of."""
 
     scheduling_policy: SchedulingPolicy = SchedulingPolicy()
+    disruption_mode: DisruptionMode = DisruptionMode()
 
 
 class PodGroupRecord(KubeObject, frozen=True):
@@ -47,10 +56,12 @@ class PodGroupRecord(KubeObject, frozen=True):
     spec: PodGroupSpec = PodGroupSpec()
 
     @property
-    def min_count(self) -> int | None:
-        """Pods that must start together; ``None`` for a basic group (no gang)."""
+    def gang(self) -> GangSpec | None:
+        """What the gang asks; ``None`` for a basic group (no gang)."""
         gang = self.spec.scheduling_policy.gang
-        return None if gang is None else gang.min_count
+        if gang is None:
+            return None
+        return GangSpec(gang.min_count, evict_alone=self.spec.disruption_mode.single is not None)
 
 
 class CoschedulingSpec(msgspec.Struct, frozen=True, rename="camel"):
@@ -65,9 +76,9 @@ class CoschedulingGroupRecord(KubeObject, frozen=True):
     spec: CoschedulingSpec = CoschedulingSpec()
 
     @property
-    def min_count(self) -> int | None:
-        """Pods that must start together (``minMember``)."""
-        return self.spec.min_member
+    def gang(self) -> GangSpec | None:
+        """Pods that must start together (``minMember``), evicted together."""
+        return GangSpec(self.spec.min_member)
 
 
 def workload_group_path(key: str) -> str:

@@ -26,12 +26,13 @@ from gpupool.kube.objects.pod_groups import (
     group_key,
 )
 from gpupool.kube.objects.records import PodRecord
+from gpupool.scheduling.decisions import GangSpec
 
 Group = PodGroupRecord | CoschedulingGroupRecord
 
 
 class GangBook(InformerGroup):
-    """Every PodGroup's ``minCount`` (``None``: a basic group), by ``namespace/name``.
+    """What every PodGroup asks (``None``: a basic group), by ``namespace/name``.
 
     Args:
         api: The API port.
@@ -41,8 +42,8 @@ class GangBook(InformerGroup):
     def __init__(self, api: KubeAPI, changed: Callable[[], None]) -> None:
         super().__init__(changed)
         self.api = api
-        self.coscheduling: dict[str, int | None] = {}
-        self.workload_api: dict[str, int | None] = {}
+        self.coscheduling: dict[str, GangSpec | None] = {}
+        self.workload_api: dict[str, GangSpec | None] = {}
         self.watched: tuple[Informer[Any], ...] = ()
         self._all = (
             (COSCHEDULING_API, Informer(api, COSCHEDULING_GROUPS, CoschedulingGroupRecord,
@@ -70,20 +71,20 @@ class GangBook(InformerGroup):
         return any(resource.get("name") == "podgroups" for resource in found.get("resources", []))
 
     @staticmethod
-    def _keeper(table: dict[str, int | None]) -> Callable[[str, Group], None]:
+    def _keeper(table: dict[str, GangSpec | None]) -> Callable[[str, Group], None]:
         def keep(kind: str, group: Group) -> None:
             key = f"{group.metadata.namespace}/{group.metadata.name}"
             if kind == DELETED:
                 table.pop(key, None)
             else:
-                table[key] = group.min_count
+                table[key] = group.gang
 
         return keep
 
-    def min_counts(self) -> dict[str, int]:
-        """Each gang's ``minCount`` (a 1.37 group wins over a coscheduling one of its name)."""
+    def specs(self) -> dict[str, GangSpec]:
+        """What each gang asks (a 1.37 group wins over a coscheduling one of its name)."""
         known = self.coscheduling | self.workload_api
-        return {key: count for key, count in known.items() if count is not None}
+        return {key: spec for key, spec in known.items() if spec is not None}
 
     def gang_of(self, pod: PodRecord) -> str:
         """The gang ``pod`` must start with ("" for none: no group, or a basic one)."""

@@ -374,7 +374,7 @@ class LiveScheduler:
             carried,
             eligibility=eligibility,
             disruption=self.budgets.budgets(),
-            gangs=self.intake.gangs.min_counts(),
+            gangs=self.intake.gangs.specs(),
         )
 
     def desired_status(self) -> dict[str, Status]:
