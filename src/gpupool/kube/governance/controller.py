@@ -51,6 +51,7 @@ from gpupool.kube.governance.facts import (
     pod_restarts,
     read_settings,
 )
+from gpupool.kube.governance.gang_peers import with_gang
 from gpupool.kube.governance.ledger import QueueLedger
 from gpupool.kube.governance.phantoms import find_phantoms, release_phantom
 from gpupool.kube.governance.silence import AgentSilence
@@ -338,21 +339,28 @@ class GovernanceController:
                 pod, "Normal", "GovernanceWarningCleared", decision.message
             )
         elif isinstance(decision, Reclaim | Cleanup):
-            if uid in self._evicted:
-                return  # evicted already; its deletion has not reached the cache yet
-            departure = await self.scheduler.departures.remove(pod)
-            if departure.outcome is Outcome.REFUSED:
-                self.stats.evictions_blocked += 1
-                log.warning("evicting %s: %s (tried again next pass)", pod.key, departure.note)
-                return
-            self._evicted.add(uid)
-            counter = self.stats.reclaims if isinstance(decision, Reclaim) else self.stats.cleanups
-            counter[decision.rule.value] += 1
-            verb = "Reclaimed" if isinstance(decision, Reclaim) else "CleanedUp"
-            message = "; ".join(filter(None, (decision.message, departure.note)))
-            self.scheduler.reports.event(pod, "Warning", verb, message)
-            step = departure.outcome.value
-            await self._audit(pod, decision, now, step, f"{verb.lower()}/{uid}", departure.note)
+            gangs = self.scheduler.intake.gangs.specs()
+            for target, taken in with_gang(pod, decision, self.scheduler.state.pods, gangs):
+                await self._remove(target, taken, now)
+
+    async def _remove(self, pod: PodRecord, decision: Reclaim | Cleanup, now: float) -> None:
+        """Evict ``pod`` for ``decision`` (through its budgets), say so, audit it."""
+        uid = pod.metadata.uid
+        if uid in self._evicted:
+            return  # evicted already; its deletion has not reached the cache yet
+        departure = await self.scheduler.departures.remove(pod)
+        if departure.outcome is Outcome.REFUSED:
+            self.stats.evictions_blocked += 1
+            log.warning("evicting %s: %s (tried again next pass)", pod.key, departure.note)
+            return
+        self._evicted.add(uid)
+        counter = self.stats.reclaims if isinstance(decision, Reclaim) else self.stats.cleanups
+        counter[decision.rule.value] += 1
+        verb = "Reclaimed" if isinstance(decision, Reclaim) else "CleanedUp"
+        message = "; ".join(filter(None, (decision.message, departure.note)))
+        self.scheduler.reports.event(pod, "Warning", verb, message)
+        step = departure.outcome.value
+        await self._audit(pod, decision, now, step, f"{verb.lower()}/{uid}", departure.note)
 
     async def _annotate(self, pod: PodRecord, value: str | None) -> None:
         meta = pod.metadata
