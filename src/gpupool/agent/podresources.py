@@ -8,6 +8,7 @@ concurrency the kubelet admitted pods in.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -61,15 +62,23 @@ class PodResourcesClient:
         async with grpc.aio.insecure_channel(f"unix://{self._socket}") as channel:
             stub = api_pb2_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
             response = await stub.List(api_pb2.ListPodResourcesRequest(), timeout=self._timeout)
-        return [
-            HeldDevices(
-                pod.namespace,
-                pod.name,
-                container.name,
-                devices.resource_name,
-                frozenset(devices.device_ids),
-            )
+        return gathered(
+            (pod.namespace, pod.name, container.name, devices.resource_name, devices.device_ids)
             for pod in response.pod_resources
             for container in pod.containers
             for devices in container.devices
-        ]
+        )
+
+
+def gathered(entries: Iterable[tuple[str, str, str, str, Iterable[str]]]) -> list[HeldDevices]:
+    """One :class:`HeldDevices` per (pod, container, resource) from the kubelet's entries.
+
+    The kubelet lists a container's devices one entry per device (and per NUMA node of it:
+    ``containerDevicesFromResourceDeviceInstances``), so a container holding three GPUs appears
+    three times; read one entry as the container's devices and no multi-GPU container would
+    ever be found holding exactly its IDs.
+    """
+    held: dict[tuple[str, str, str, str], set[str]] = {}
+    for namespace, pod, container, resource, ids in entries:
+        held.setdefault((namespace, pod, container, resource), set()).update(ids)
+    return [HeldDevices(*key, frozenset(ids)) for key, ids in held.items()]
