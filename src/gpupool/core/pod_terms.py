@@ -207,6 +207,22 @@ class PodTerms:
         )
 
     @property
+    def bears_on_others(self) -> bool:
+        """Whether, once the pod is bound, its terms bear on where other pods go.
+
+        Its affinity and anti-affinity do (kube's symmetric anti-affinity, and existing pods'
+        terms in the InterPodAffinity score); its spread constraints never do: a spread counts
+        the pods the *incoming* pod's own selector matches. A Deployment's replica under the
+        cluster's default spread so adds nothing to every later pod's placement.
+        """
+        return bool(
+            self.affinity
+            or self.anti_affinity
+            or self.preferred_affinity
+            or self.preferred_anti_affinity
+        )
+
+    @property
     def scores(self) -> bool:
         """Whether any part of it scores nodes (preferred terms, ScheduleAnyway spread)."""
         return bool(

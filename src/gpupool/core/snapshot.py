@@ -160,8 +160,9 @@ class ClusterSnapshot:
         self.allocations: dict[str, Allocation] = {}
         self.pods_on_node: list[set[str]] = [set() for _ in range(n)]
         self.pods_with_terms: set[str] = set()
-        """Bound pods with inter-pod terms (:mod:`gpupool.core.pod_terms`): while it is empty
-        and a pod names none, no pod-relative check or score has anything to do."""
+        """Bound pods whose inter-pod terms bear on other pods (:attr:`PodTerms.bears_on_others`):
+        while it is empty and a pod names none, no pod-relative check or score has anything to
+        do."""
         self._model_masks: dict[frozenset[str], BoolArray] = {}
         self.constraint_checks: dict[NodeConstraints | None, tuple[tuple[str, BoolArray], ...]] = {}
         """Per distinct constraint set (None: a pod that names none), the masks of the nodes it
@@ -278,7 +279,7 @@ class ClusterSnapshot:
         self._apply(allocation, sign=-1)
         self.allocations[pod.name] = allocation
         self.pods_on_node[node].add(pod.name)
-        if pod.terms is not None:
+        if pod.terms is not None and pod.terms.bears_on_others:
             self.pods_with_terms.add(pod.name)
         return allocation
 

@@ -16,7 +16,13 @@ import numpy as np
 
 from gpupool.core.constraints import Requirement
 from gpupool.core.model import NodeSpec, PodSpec
-from gpupool.core.pod_terms import SCHEDULE_ANYWAY, LabelSelector, PodTerms, SpreadConstraint
+from gpupool.core.pod_terms import (
+    SCHEDULE_ANYWAY,
+    AffinityTerm,
+    LabelSelector,
+    PodTerms,
+    SpreadConstraint,
+)
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.core.topology_spread import spread_score
 from gpupool.kube.client.api import KubeAPI
@@ -187,3 +193,19 @@ async def test_the_live_scheduler_spreads_a_services_replicas_over_nodes_the_gpu
 ):
     assert await _placed_beside_three_replicas(service=False) == "n0"  # the tie's first node
     assert await _placed_beside_three_replicas(service=True) == "n1"
+
+
+def test_a_bound_replica_under_the_default_spread_bears_on_no_other_pods_placement() -> None:
+    """Its spread counts what the incoming pod's selector matches, so once bound it adds
+    nothing to check for later pods; an anti-affine replica does (the symmetric rule)."""
+    snapshot = ClusterSnapshot([_node("a", "z1")])
+    web = (("app", "web"),)
+    default = PodTerms(
+        spread=(SpreadConstraint(3, HOSTNAME, SCHEDULE_ANYWAY, LabelSelector(web)),),
+        system_default=True,
+    )
+    snapshot.bind(PodSpec("team/w0", 100, 100, labels=web, namespace="team", terms=default), 0, ())
+    assert snapshot.pods_with_terms == set()
+    anti = PodTerms(anti_affinity=(AffinityTerm(HOSTNAME, LabelSelector(web), None),))
+    snapshot.bind(PodSpec("team/w1", 100, 100, labels=web, namespace="team", terms=anti), 0, ())
+    assert snapshot.pods_with_terms == {"team/w1"}
