@@ -24,6 +24,7 @@ import msgspec
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.kube.client.informer import ADDED
 from gpupool.kube.controlplane.metrics import scheduler_registry
@@ -33,6 +34,7 @@ from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.signing import RecordSigner
 from gpupool.kube.scheduler.config import LiveConfig
 from gpupool.kube.scheduler.live import LiveScheduler
+from gpupool.kube.scheduler.watch_count import scheduler_watches
 from gpupool.store.engine import open_store
 from gpupool.store.queries import AuditQuery, allocations_overlapping, audit_events_matching
 from gpupool.store.records import AuditAction, AuditEvent
@@ -160,16 +162,19 @@ async def _apply(api: KubeAPI, plural: str, name: str, spec: Json) -> None:
 
 
 @pytest.fixture
-async def governed(api: KubeAPI, namespace: str, tmp_path: Path) -> AsyncIterator[Governed]:
+async def governed(
+    api: KubeAPI, namespace: str, tmp_path: Path, control_plane: LocalControlPlane
+) -> AsyncIterator[Governed]:
     await install_crds(api)
     (node,) = await make_nodes(api, namespace, 1, gpus=4)
-    async with governance_on(api, namespace, node.name, tmp_path) as governed:
+    async with governance_on(api, control_plane, namespace, node.name, tmp_path) as governed:
         yield governed
 
 
 @contextlib.asynccontextmanager
 async def governance_on(
     api: KubeAPI,
+    control_plane: LocalControlPlane,
     namespace: str,
     node: str,
     tmp_path: Path,
@@ -180,7 +185,8 @@ async def governance_on(
     """The test's pool and queue, a leading scheduler and its governance controller.
 
     The pool (of ``mode``) takes the nodes labelled ``test=<namespace>``; ``claims``: the
-    scheduler places pods with DRA claims too.
+    scheduler places pods with DRA claims too. The scheduler has a client of its own with a
+    connection for each of its watches, as ``gpupool control-plane`` sizes it.
     """
     await _apply(
         api,
@@ -207,7 +213,10 @@ async def governance_on(
     config = LiveConfig(
         identity=f"gov-{namespace}", scheduler_name=f"gov-{namespace}", claims=claims
     )
-    scheduler = LiveScheduler(api, config, signer=RecordSigner.generate())
+    own = KubeAPI.from_kubeconfig(
+        control_plane.kubeconfig, connections=16 + scheduler_watches(claims)
+    )
+    scheduler = LiveScheduler(own, config, signer=RecordSigner.generate())
     clock = Clock()
     controller = GovernanceController(
         scheduler, GovernanceConfig(interval=3600, phantom_interval=0), writer, clock
@@ -224,6 +233,7 @@ async def governance_on(
             await asyncio.gather(lead, informers, return_exceptions=True)
         await writer.close(timeout=10)
         await engine.dispose()
+        await own.close()
 
 
 async def _true(value: bool) -> bool:

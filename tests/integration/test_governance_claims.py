@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.install.crds import apply_object, install_crds
 from gpupool.kube.install.device_classes import device_class_manifests
@@ -33,13 +34,15 @@ SHARE = {
 
 
 @pytest.fixture
-async def governed_claims(api: KubeAPI, namespace: str, tmp_path: Path) -> AsyncIterator[Governed]:
+async def governed_claims(
+    api: KubeAPI, namespace: str, tmp_path: Path, control_plane: LocalControlPlane
+) -> AsyncIterator[Governed]:
     await install_crds(api)
     for manifest in device_class_manifests():
         await apply_object(api, CLASSES_PATH, manifest)
     node = f"{namespace}-n0"
     await node_with_slice(api, node, label=namespace)
-    on = governance_on(api, namespace, node, tmp_path, claims=True, mode="Shared")
+    on = governance_on(api, control_plane, namespace, node, tmp_path, claims=True, mode="Shared")
     async with on as governed:
         yield governed
 

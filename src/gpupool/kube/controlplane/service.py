@@ -35,11 +35,10 @@ from gpupool.kube.controlplane.metrics import scheduler_registry
 from gpupool.kube.controlplane.serving_label import ServingLabel
 from gpupool.kube.governance.controller import GovernanceConfig, GovernanceController
 from gpupool.kube.objects.signing import RecordSigner
-from gpupool.kube.scheduler.claim_informers import CLAIM_WATCHES
 from gpupool.kube.scheduler.config import LiveConfig
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.kube.scheduler.rights import PROBE_PERIOD, probe
-from gpupool.kube.scheduler.volume_informers import VOLUME_WATCHES
+from gpupool.kube.scheduler.watch_count import scheduler_watches
 from gpupool.kube.scheduler.writes import REPORT_WORKERS
 from gpupool.retry import Backoff, retry
 
@@ -195,7 +194,7 @@ async def serve(config: ServiceConfig) -> int:
     """
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one INFO line per request
     # binds, the reports' writers and the watches each need a connection of their own
-    watches = 4 + VOLUME_WATCHES + (CLAIM_WATCHES if config.live.claims else 0)
+    watches = scheduler_watches(config.live.claims)
     api = config.connect(connections=config.live.bind_concurrency + REPORT_WORKERS + watches)
     signer = await _signing_key(api, config.lease.namespace, config.create_signing_key)
     scheduler = LiveScheduler(api, config.live, signer=signer)

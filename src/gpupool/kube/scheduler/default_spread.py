@@ -40,6 +40,8 @@ from gpupool.kube.objects.spread_owners import (
     StatefulSetRecord,
 )
 
+SPREAD_WATCHES = 4
+"""Services, ReplicationControllers, ReplicaSets and StatefulSets."""
 HOSTNAME = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
 SYSTEM_DEFAULT = ((HOSTNAME, 3), (ZONE, 5))
@@ -73,7 +75,9 @@ class DefaultSpread(InformerGroup):
 
     def informers(self) -> tuple[Informer[Any], ...]:
         """The Service and controller informers."""
-        return (self.service_informer, *self.controller_informers)
+        informers: tuple[Informer[Any], ...] = (self.service_informer, *self.controller_informers)
+        assert len(informers) == SPREAD_WATCHES
+        return informers
 
     def _keeper(self, version: str, kind: str) -> Callable[[str, KubeObject], None]:
         def keep(event: str, record: KubeObject) -> None:

@@ -29,6 +29,8 @@ from gpupool.kube.objects.records import PodRecord
 from gpupool.scheduling.decisions import GangSpec
 
 Group = PodGroupRecord | CoschedulingGroupRecord
+GANG_WATCHES = 2
+"""At most: Kubernetes 1.37's PodGroups and coscheduling's, where both are served."""
 
 
 class GangBook(InformerGroup):
@@ -51,6 +53,7 @@ class GangBook(InformerGroup):
             (WORKLOAD_API, Informer(api, WORKLOAD_API_GROUPS, PodGroupRecord,
                                     self._wrap(self._keeper(self.workload_api)))),
         )  # fmt: skip
+        assert len(self._all) == GANG_WATCHES
 
     def informers(self) -> tuple[Informer[Any], ...]:
         """The informers of the PodGroup APIs the server serves (none before :meth:`run`)."""
