@@ -178,6 +178,11 @@ async def test_an_indexed_jobs_pod_group_made_by_its_controller_is_gang_schedule
     await make_nodes(api, namespace, 1, gpus=4)
     schedulers.start("solo")
     await create_pods(api, namespace, [gpu_pod("holder", selector={"test": namespace})])
+
+    async def held() -> bool:  # the holder first: else the gang may take all four GPUs
+        return bool((await _by_name(api, namespace))["holder"]["spec"].get("nodeName"))
+
+    await wait_for(held, 30, "the holder bound")
     template = gpu_pod("worker", selector={"test": namespace})
     template["spec"]["restartPolicy"] = "Never"
     await api.create(
@@ -205,7 +210,15 @@ async def test_an_indexed_jobs_pod_group_made_by_its_controller_is_gang_schedule
         found = await workers()
         return len(found) == 4 and all(pending_reason(p) for p in found)
 
-    await wait_for(four_told, 60, "the Job's four pods told why they wait")
+    try:
+        await wait_for(four_told, 60, "the Job's four pods told why they wait")
+    except AssertionError as error:  # say what there was
+        seen = [
+            (p["metadata"]["name"], p["spec"].get("schedulingGroup"), p["spec"].get("nodeName"),
+             p["spec"].get("schedulingGates"), pending_reason(p))
+            for p in await workers()
+        ]  # fmt: skip
+        raise AssertionError(f"{error}: {seen}") from None
     found = await workers()
     assert all(p["spec"].get("schedulingGroup") for p in found), found[0]["spec"]
     assert not any(p["spec"].get("nodeName") for p in found)
