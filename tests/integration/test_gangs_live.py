@@ -65,9 +65,9 @@ async def _all_told(api: KubeAPI, namespace: str, names: list[str]) -> bool:
     )
 
 
-async def test_a_gang_of_four_beside_three_free_gpus_binds_none_until_the_fourth_frees(
-    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
-) -> None:
+async def _three_of_four_free(api: KubeAPI, namespace: str, schedulers: SchedulerProcesses) -> None:
+    """A 4-GPU node, the scheduler, and a one-GPU ``holder`` bound on it before any gang comes
+    (else the gang may take all four GPUs first)."""
     await make_nodes(api, namespace, 1, gpus=4)
     schedulers.start("solo")
     await create_pods(api, namespace, [gpu_pod("holder", selector={"test": namespace})])
@@ -76,6 +76,12 @@ async def test_a_gang_of_four_beside_three_free_gpus_binds_none_until_the_fourth
         return bool((await _by_name(api, namespace))["holder"]["spec"].get("nodeName"))
 
     await wait_for(held, 30, "the holder bound")
+
+
+async def test_a_gang_of_four_beside_three_free_gpus_binds_none_until_the_fourth_frees(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    await _three_of_four_free(api, namespace, schedulers)
     gang = await _gang(api, namespace, "train", 4, 4)
     await create_pods(api, namespace, gang)
     names = [p["metadata"]["name"] for p in gang]
@@ -175,14 +181,7 @@ async def test_a_gang_above_its_queues_ceiling_pends_with_that_reason(
 async def test_an_indexed_jobs_pod_group_made_by_its_controller_is_gang_scheduled(
     api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
 ) -> None:
-    await make_nodes(api, namespace, 1, gpus=4)
-    schedulers.start("solo")
-    await create_pods(api, namespace, [gpu_pod("holder", selector={"test": namespace})])
-
-    async def held() -> bool:  # the holder first: else the gang may take all four GPUs
-        return bool((await _by_name(api, namespace))["holder"]["spec"].get("nodeName"))
-
-    await wait_for(held, 30, "the holder bound")
+    await _three_of_four_free(api, namespace, schedulers)
     template = gpu_pod("worker", selector={"test": namespace})
     template["spec"]["restartPolicy"] = "Never"
     await api.create(
