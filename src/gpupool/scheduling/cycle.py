@@ -51,7 +51,7 @@ from gpupool.scheduling.decisions import (
 )
 from gpupool.scheduling.gangs import Gangs
 from gpupool.scheduling.never_fits import NeverFits, never_fits
-from gpupool.scheduling.nominated import drop_nominations_on, nomination_checks
+from gpupool.scheduling.nominated import Nominee, drop_nominations_on, nomination_checks
 from gpupool.scheduling.ordering import order_pending, priority_of
 from gpupool.scheduling.preemption import VictimChoice
 from gpupool.scheduling.runtime import expected_ends
@@ -85,8 +85,8 @@ class Cycle:
         self.nominations = {
             name: node for name, node in request.nominations.items() if name in pending_names
         }
-        self.nominees: dict[int, tuple[int, tuple[int, int]]] = {}
-        """Per nominated node, its nominee's (queue, priority)."""
+        self.nominees: dict[int, Nominee] = {}
+        """Per nominated node, its nominee."""
         self.blocked: dict[int, list[Blocked]] = {}
         """Per pool, its first blocked pods in serving order (the head first), as many as it
         may protect with reservations."""
@@ -115,7 +115,7 @@ class Cycle:
         """Decide for every pending pod, then undo the in-cycle binds."""
         ordered = order_pending(self.items, self.tables, self.layout, self.ledger)
         self.nominees = {
-            self.nominations[w.name]: (q, priority_of(self.tables, q, w))
+            self.nominations[w.name]: Nominee(q, priority_of(self.tables, q, w), w.gang)
             for w, q in ordered
             if w.name in self.nominations
         }
@@ -206,7 +206,7 @@ class Cycle:
             choice = self._victims_for_quota(attempt)
             if choice is None:
                 return WaitCause(WaitKind.QUOTA, held)
-            return self._nominate(attempt, choice)
+            return self.nominate(attempt, choice)
         heads = self.blocked.get(pool)
         if heads is not None or pool in self.failed:
             refusal = self._order_refusal(attempt, heads)
@@ -256,7 +256,7 @@ class Cycle:
         if failed is not None:
             choice = self._victim_search(attempt)
             if choice is not None:  # a pod of its shape failed, but its queue may take back
-                return self._nominate(attempt, choice)
+                return self.nominate(attempt, choice)
             if heads is not None:  # blocked as surely as if it had been tried
                 self._block(pool, attempt)
             return rejected(replace(failed, pod=pod), like=failed.pod.name)
@@ -282,7 +282,7 @@ class Cycle:
             return WaitCause(WaitKind.PREEMPTING, node=node)
         choice = self._victim_search(attempt, checks)
         if choice is not None:
-            return self._nominate(attempt, choice)
+            return self.nominate(attempt, choice)
         self._block(pool, attempt)
         return rejected(decision)
 
@@ -323,10 +323,10 @@ class Cycle:
         self, pool: int, workload: Workload, queue: int, *, freed: bool = False
     ) -> tuple[NodeCheck, ...]:
         """A pod's checks: pool, nominations to others, claim (``freed``: its devices, emptied)."""
+        pod = Nominee(queue, priority_of(self.tables, queue, workload), workload.gang)
         checks = self.engine.pool_checks(pool) + nomination_checks(
-            self.nominees, self.nominations.get(workload.name), queue,
-            priority_of(self.tables, queue, workload), self.snapshot.size,
-        )  # fmt: skip
+            self.nominees, self.nominations.get(workload.name), pod, self.snapshot.size
+        )
         eligibility = self.request.eligibility.get(workload.name)
         if eligibility is not None:
             check = eligibility.once_freed if freed else eligibility.check
@@ -377,10 +377,11 @@ class Cycle:
         checks = self.checks(attempt.pool, attempt.workload, attempt.queue, freed=True)
         return self.victims.for_quota(attempt, checks, self.ledger)
 
-    def _nominate(self, attempt: Attempt, choice: VictimChoice) -> Preempt:
+    def nominate(self, attempt: Attempt, choice: VictimChoice) -> Preempt:
+        """Nominate the pod to the choice's node: no pod of its rank or less goes there."""
         workload = attempt.workload
         self.nominations[workload.name] = choice.node
-        self.nominees[choice.node] = (attempt.queue, attempt.priority)
+        self.nominees[choice.node] = Nominee(attempt.queue, attempt.priority, workload.gang)
         return Preempt(
             workload=workload,
             queue=attempt.queue,

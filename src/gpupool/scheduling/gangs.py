@@ -10,15 +10,16 @@ hold half and deadlock. So when the cycle reaches the first pod of a gang in ser
 * placement, pod after pod on the cycle's snapshot with each pod's own checks (pool,
   nominations, backfill reservations, claims), so no two pods of the gang take the same room;
 * if at least ``minCount`` minus the pods already running were placed, every placed pod is
-  admitted (the rest wait as single pods do, for room); otherwise nothing is held, nothing is
-  bound, and every pod of the gang waits, saying how many fit.
+  admitted (the rest wait as single pods do, for room);
+* otherwise the gang preempts for all its places at once or evicts nothing
+  (:mod:`gpupool.scheduling.gang_preemption`), and if it cannot, nothing is bound and every
+  pod of the gang waits, saying how many fit.
 
-Nothing is held between cycles: a gang that cannot start whole keeps no GPU from anyone, so no
-gang is ever partly bound below its ``minCount`` by gpupool (kube-scheduler's gang plugin
-reserves places while it waits, up to a timeout, and releases them after; there is nothing to
-release here). What gangs do not do yet: preempt (a gang waits for room rather than evicting),
-hold a backfill reservation (a large gang may wait behind a stream of small pods), and be
-evicted whole (preemption and reclaim still choose single pods).
+No GPU is held for a gang between cycles: a gang that cannot start whole keeps no GPU from
+anyone, so no gang is ever partly bound below its ``minCount`` by gpupool (kube-scheduler's gang
+plugin binds places while it waits, up to a timeout, and releases them after; there is nothing
+to release here). A victim's whole gang is evicted with it unless its PodGroup lets its pods go
+alone (:mod:`gpupool.scheduling.gang_eviction`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from gpupool.policy.quota import hold_reason
 from gpupool.policy.workload import Workload
 from gpupool.scheduling.backfill_placement import clear_of_reservations
 from gpupool.scheduling.decisions import EngineDecision, Wait
+from gpupool.scheduling.gang_preemption import nominated_wait, preempt_for_gang
 from gpupool.scheduling.wait_cause import WaitCause, WaitKind, rejected, waiting_behind
 
 if TYPE_CHECKING:
@@ -110,6 +112,12 @@ class Gangs:
             return WaitCause(WaitKind.QUOTA, f"gang {gang} of {len(members)} pods: {held}")
         placed, refusal = self._place(members, pool)
         if len(placed) < needed:
+            nominated = nominated_wait(cycle, gang, members)
+            if nominated is not None:
+                return nominated
+            preempted = preempt_for_gang(cycle, gang, members, needed, pool, units)
+            if preempted is not None:
+                return preempted
             reject = refusal.reject if refusal is not None else None
             why = f"; {refusal.text()}" if refusal is not None else ""
             detail = f"gang {gang}: {len(placed)} of the {needed} pods it needs at once fit{why}"

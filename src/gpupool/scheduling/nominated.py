@@ -8,32 +8,39 @@ A preempting pod is nominated to the node its victims leave (as kube-scheduler's
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
+from typing import NamedTuple
 
 import numpy as np
 
 from gpupool.core.filtering import NodeCheck
 
 
-def nomination_checks(
-    nominees: Mapping[int, tuple[int, tuple[int, int]]],
-    own: int | None,
-    queue: int,
-    priority: tuple[int, int],
-    size: int,
-) -> tuple[NodeCheck, ...]:
-    """Nodes nominated to others that a pod of ``queue`` and ``priority`` must keep off.
+class Nominee(NamedTuple):
+    """Who a nominated node is kept for: its nominee's queue, priority and gang ("" if none)."""
 
-    ``nominees``: per nominated node, its nominee's queue and priority; ``own``: the node the
-    pod itself is nominated to, if any. A pod of another queue keeps off whatever its priority
-    (else a borrower's high-priority pod would take the room reclaimed from it); one of the
-    nominee's queue keeps off unless it has a higher priority (it could preempt the nominee
-    anyway).
+    queue: int
+    priority: tuple[int, int]
+    gang: str = ""
+
+
+def nomination_checks(
+    nominees: Mapping[int, Nominee], own: int | None, pod: Nominee, size: int
+) -> tuple[NodeCheck, ...]:
+    """Nodes nominated to others that a pod (its queue, priority and gang) must keep off.
+
+    ``nominees``: per nominated node, its nominee; ``own``: the node the pod itself is
+    nominated to, if any. A pod of another queue keeps off whatever its priority (else a
+    borrower's high-priority pod would take the room reclaimed from it); one of the nominee's
+    queue keeps off unless it has a higher priority (it could preempt the nominee anyway). A
+    pod of the nominee's gang may go there: the room was freed for the whole gang.
     """
     if not nominees:
         return ()
     mask = np.ones(size, dtype=np.bool_)
-    for node, (nominee_queue, nominee) in nominees.items():
-        if node != own and (nominee_queue != queue or nominee >= priority):
+    for node, nominee in nominees.items():
+        if node == own or (pod.gang and nominee.gang == pod.gang):
+            continue
+        if nominee.queue != pod.queue or nominee.priority >= pod.priority:
             mask[node] = False
     if mask.all():
         return ()

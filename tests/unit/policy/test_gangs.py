@@ -137,3 +137,65 @@ def test_a_gang_whose_pod_group_says_single_loses_only_the_pod_preemption_takes(
     (urgent,) = cluster.run([work(whole("urgent"), "q", priority=10, created_at=5)], 10.0).decisions
     assert isinstance(urgent, Preempt), urgent
     assert len(urgent.victims) == 1
+
+
+def _two_nodes_with_a_low_gang_on_one() -> tuple[Cluster, list[Workload]]:
+    """n0's four GPUs run a gang of four at priority 0; n1 runs one bystander of three GPUs."""
+    config = PolicyConfig((one_pool(),), (queue("q", "p"),))
+    cluster = Cluster([node("n0", gpus=4), node("n1", gpus=4)], config, EASY)
+    cluster.gangs |= {"q/low": GangSpec(4), "q/high": GangSpec(5)}
+    low = _gang("low", 4)
+    assert len(_admitted(cluster.run(low).decisions)) == 4
+    bystander = work(whole("bystander", 3), "q", created_at=1)
+    assert _admitted(cluster.run([bystander], 60.0).decisions) == ["bystander"]
+    assert {cluster.running[w.name].node for w in low} == {0}
+    return cluster, low
+
+
+def test_a_high_priority_gang_preempts_a_whole_lower_gang_and_nothing_else() -> None:
+    """Five one-GPU pods at priority 10 beside one free GPU: evicting the low gang frees four,
+    enough with the free one; the bystander (three GPUs, started later, cheaper to lose by
+    itself) is not touched, and no pod of the high gang binds before its victims are gone."""
+    cluster, low = _two_nodes_with_a_low_gang_on_one()
+    high = [replace(w, priority=10) for w in _gang("high", 5, start=100)]
+    decisions = cluster.run(high, 200.0).decisions
+    assert _admitted(decisions) == []
+    preempts = [d for d in decisions if isinstance(d, Preempt)]
+    assert sorted(v for d in preempts for v in d.victims) == sorted(w.name for w in low)
+    waits = [d for d in decisions if isinstance(d, Wait)]
+    assert len(preempts) + len(waits) == 5
+    assert all(d.cause.kind is WaitKind.PREEMPTING for d in waits)
+    for victim in low:
+        cluster.evict(victim.name)
+    assert _admitted(cluster.run(high, 210.0).decisions) == [w.name for w in high]
+    assert "bystander" in cluster.running
+
+
+def test_a_gang_that_victims_cannot_make_room_for_whole_evicts_nothing() -> None:
+    """Six pods at priority 10 need six GPUs; the low gang frees four and the bystander may not
+    be taken (same priority 10): nothing is evicted, the gang waits saying how many fit."""
+    cluster, _ = _two_nodes_with_a_low_gang_on_one()
+    cluster.running["bystander"] = replace(
+        cluster.running["bystander"],
+        workload=replace(cluster.running["bystander"].workload, priority=10),
+    )
+    cluster.gangs["q/high"] = GangSpec(6)
+    high = [replace(w, priority=10) for w in _gang("high", 6, start=100)]
+    decisions = cluster.run(high, 200.0).decisions
+    assert not any(isinstance(d, Preempt) for d in decisions)
+    assert all(isinstance(d, Wait) and d.cause.kind is WaitKind.GANG for d in decisions)
+    assert decisions[0].reason.startswith(  # type: ignore[attr-defined]
+        "gang q/high: 1 of the 6 pods it needs at once fit"
+    )
+
+
+def test_a_gang_waiting_for_its_victims_does_not_search_again() -> None:
+    cluster, low = _two_nodes_with_a_low_gang_on_one()
+    high = [replace(w, priority=10) for w in _gang("high", 5, start=100)]
+    first = cluster.run(high, 200.0).decisions
+    assert any(isinstance(d, Preempt) for d in first)
+    again = cluster.run(high, 201.0).decisions  # the victims still run
+    assert not any(isinstance(d, Preempt) for d in again)
+    assert {d.cause.kind for d in again} == {WaitKind.PREEMPTING}  # type: ignore[union-attr]
+    assert "n0" in again[0].reason  # type: ignore[union-attr]
+    assert all(w.name in cluster.running for w in low)
