@@ -35,6 +35,7 @@ VARIANTS: dict[str, EngineOptions] = {
     "all_on": EngineOptions(),
     "no_backfill": replace(EngineOptions(), backfill=False),
     "no_preemption": replace(EngineOptions(), preemption=False),
+    "no_gang_reservations": replace(EngineOptions(), gang_reservations=False),
     "easy": EASY,
     "follow": replace(EASY, reservations_follow_pods=True),
     "protect_large": replace(
@@ -46,7 +47,9 @@ VARIANTS: dict[str, EngineOptions] = {
         backfill_quantile=0.9,
     ),
 }
-"""``all_on``: the engine's defaults (large pods protected); ``easy``: one reservation per pool
+"""``all_on``: the engine's defaults (large pods protected); ``no_gang_reservations``: the same
+with a gang that cannot start whole holding no reservation (pods behind it start where they
+fit); ``easy``: one reservation per pool
 (EASY backfill, the earlier default and the baseline); ``follow``: EASY whose reservation stays
 with its waiting pod once its start passed; ``protect_large``: the settings of round three,
 spelled out (16 followed reservations for pods above one GPU, ends expected by age, a pod

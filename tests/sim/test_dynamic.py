@@ -239,14 +239,18 @@ def test_a_bad_config_names_file_object_and_field(trace_dir: Path, tmp_path: Pat
 @pytest.mark.parametrize(
     ("args", "engine"),
     [
-        (["--backfill", "strict", "--no-preemption"], (False, 16, True, 1000, True, 0.9, False)),
-        ([], (True, 16, True, 1000, True, 0.9, True)),
+        (
+            ["--backfill", "strict", "--no-preemption"],
+            (False, 16, True, 1000, True, 0.9, False, True),
+        ),
+        ([], (True, 16, True, 1000, True, 0.9, True, True)),
         (
             ["--backfill", "easy", "--reservations", "4", "--remaining-by-age"],
-            (True, 4, False, None, True, None, True),
+            (True, 4, False, None, True, None, True, True),
         ),
+        (["--no-gang-reservations"], (True, 16, True, 1000, True, 0.9, True, False)),
     ],
-    ids=["strict", "default", "easy-changed"],
+    ids=["strict", "default", "easy-changed", "no-gang-reservations"],
 )
 def test_a_run_writes_its_json_with_the_engine_it_ran(
     trace_dir: Path, tmp_path: Path, args: list[str], engine: tuple[object, ...]
@@ -262,7 +266,8 @@ def test_a_run_writes_its_json_with_the_engine_it_ran(
     report = json.loads(out.read_text())
     assert (report["rho"], report["seed"]) == (0.8, 7)
     keys = ("backfill", "reservations", "follow", "reserve_above_units", "remaining_by_age")
-    assert tuple(report[k] for k in (*keys, "backfill_quantile", "preemption")) == engine
+    more = ("backfill_quantile", "preemption", "gang_reservations")
+    assert tuple(report[k] for k in (*keys, *more)) == engine
     if not report["backfill"]:
         assert report["backfilled"] == 0
     if not report["preemption"]:

@@ -119,6 +119,13 @@ def sim_dynamic(
     no_preemption: Annotated[
         bool, typer.Option("--no-preemption", help="No preemption or reclaim.")
     ] = False,
+    no_gang_reservations: Annotated[
+        bool,
+        typer.Option(
+            "--no-gang-reservations",
+            help="A gang that cannot start whole holds no backfill reservation.",
+        ),
+    ] = False,
     config: Annotated[
         Path | None,
         typer.Option(help="GPUPool/GPUQueue YAML (default: the bundled teams.yaml)."),
@@ -154,6 +161,7 @@ def sim_dynamic(
         engine = engine_options(
             backfill,
             preemption=not no_preemption,
+            gang_reservations=not no_gang_reservations,
             reservations_per_pool=reservations,
             reservations_follow_pods=follow_reservations,
             reserve_above_units=reserve_above_units,

@@ -37,10 +37,15 @@ def clear_of_reservations(
     """``decision`` if it cannot delay a reservation of the pool, else a placement away.
 
     A pod's own reservation does not hold it back (else a holder tried behind another
-    blocked pod could not start on the node kept for it).
+    blocked pod could not start on the node kept for it), nor do its gang's.
     """
     held = cycle.reservations.of(pool, heads, partial(cycle.room_checks, pool))
-    reservations = [r for r in held if r.pod != workload.name]
+    pending, gang = cycle.reservations.pending, workload.gang
+    reservations = [
+        r
+        for r in held
+        if r.pod != workload.name and not (gang and pending[r.pod].workload.gang == gang)
+    ]
     if not reservations:
         return decision
     name = cycle.tables.queues[queue].name

@@ -258,7 +258,7 @@ class Cycle:
             if choice is not None:  # a pod of its shape failed, but its queue may take back
                 return self.nominate(attempt, choice)
             if heads is not None:  # blocked as surely as if it had been tried
-                self._block(pool, attempt)
+                self.block(pool, attempt)
             return rejected(replace(failed, pod=pod), like=failed.pod.name)
         return None
 
@@ -283,7 +283,7 @@ class Cycle:
         choice = self._victim_search(attempt, checks)
         if choice is not None:
             return self.nominate(attempt, choice)
-        self._block(pool, attempt)
+        self.block(pool, attempt)
         return rejected(decision)
 
     def _victim_search(
@@ -303,7 +303,7 @@ class Cycle:
             checks = self.checks(attempt.pool, attempt.workload, attempt.queue, freed=True)
         return self.victims.for_room(attempt, checks, self.ledger)
 
-    def _block(self, pool: int, attempt: Attempt) -> None:
+    def block(self, pool: int, attempt: Attempt) -> None:
         """Count ``attempt`` among the pool's blocked pods: the head, and those it may protect.
 
         The head (the first blocked pod) is kept whatever its size, since the order's waits name

@@ -64,6 +64,10 @@ class EngineOptions:
         backfill_quantile: A pod may start on a reserved node only if this quantile of its
             runtime (:meth:`~.runtime.RuntimeEstimator.quantile`) ends before the reserved
             start (``None``: its mean).
+        gang_reservations: A gang that cannot start whole blocks its pool as its pods would:
+            with backfill, each of its pods (the gang's size counts against
+            ``reserve_above_units``) may hold a reservation, so a large gang is not overtaken
+            for ever by a stream of small pods; off, the pods behind it start wherever they fit.
     """
 
     backfill: bool = True
@@ -75,6 +79,7 @@ class EngineOptions:
     reserve_above_units: int | None = 1000
     remaining_by_age: bool = True
     backfill_quantile: float | None = 0.9
+    gang_reservations: bool = True
 
     def __post_init__(self) -> None:
         if self.reservations_per_pool < 1:

@@ -13,7 +13,9 @@ hold half and deadlock. So when the cycle reaches the first pod of a gang in ser
   admitted (the rest wait as single pods do, for room);
 * otherwise the gang preempts for all its places at once or evicts nothing
   (:mod:`gpupool.scheduling.gang_preemption`), and if it cannot, nothing is bound and every
-  pod of the gang waits, saying how many fit.
+  pod of the gang waits, saying how many fit, and blocks the pool as a pod nothing fits does:
+  with backfill its pods hold reservations (the gang's size decides whether it is large enough
+  to), and the pods behind it start only where they delay none of them.
 
 No GPU is held for a gang between cycles: a gang that cannot start whole keeps no GPU from
 anyone, so no gang is ever partly bound below its ``minCount`` by gpupool (kube-scheduler's gang
@@ -33,6 +35,8 @@ from gpupool.policy.workload import Workload
 from gpupool.scheduling.backfill_placement import clear_of_reservations
 from gpupool.scheduling.decisions import EngineDecision, Wait
 from gpupool.scheduling.gang_preemption import nominated_wait, preempt_for_gang
+from gpupool.scheduling.ordering import priority_of
+from gpupool.scheduling.victims import Attempt
 from gpupool.scheduling.wait_cause import WaitCause, WaitKind, rejected, waiting_behind
 
 if TYPE_CHECKING:
@@ -118,6 +122,10 @@ class Gangs:
             preempted = preempt_for_gang(cycle, gang, members, needed, pool, units)
             if preempted is not None:
                 return preempted
+            if cycle.engine.options.gang_reservations:
+                for workload, member_queue in members:
+                    priority = priority_of(cycle.tables, member_queue, workload)
+                    cycle.block(pool, Attempt(workload, member_queue, pool, units, priority))
             reject = refusal.reject if refusal is not None else None
             why = f"; {refusal.text()}" if refusal is not None else ""
             detail = f"gang {gang}: {len(placed)} of the {needed} pods it needs at once fit{why}"

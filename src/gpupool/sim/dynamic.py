@@ -116,6 +116,7 @@ def engine_report(options: EngineOptions) -> dict[str, Any]:
         "remaining_by_age": options.remaining_by_age,
         "backfill_quantile": options.backfill_quantile,
         "preemption": options.preemption,
+        "gang_reservations": options.gang_reservations,
     }
 
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from gpupool.policy.spec import PolicyConfig
 from gpupool.policy.workload import Workload
-from gpupool.scheduling.decisions import EASY, Admit, GangSpec, Preempt, Wait
+from gpupool.scheduling.decisions import EASY, Admit, EngineOptions, GangSpec, Preempt, Wait
 from gpupool.scheduling.wait_cause import WaitKind
 
 from .builders import Cluster, node, one_pool, queue, whole, work
@@ -199,3 +199,37 @@ def test_a_gang_waiting_for_its_victims_does_not_search_again() -> None:
     assert {d.cause.kind for d in again} == {WaitKind.PREEMPTING}  # type: ignore[union-attr]
     assert "n0" in again[0].reason  # type: ignore[union-attr]
     assert all(w.name in cluster.running for w in low)
+
+
+def _a_gang_blocked_behind_a_holder(options: EngineOptions) -> tuple[Cluster, list[Workload]]:
+    """One 4-GPU node; a holder of three GPUs ends at t=100; a gang of two 2-GPU pods waits."""
+    config = PolicyConfig((one_pool(),), (queue("q", "p"),))
+    cluster = Cluster([node("n0", gpus=4)], config, options)
+    cluster.gangs["q/pair"] = GangSpec(2)
+    assert _admitted(cluster.run([work(whole("holder", 3), "q", runtime=100)]).decisions)
+    pair = [
+        replace(work(whole(f"pair-{i}", 2), "q", created_at=1 + i, runtime=50), gang="q/pair")
+        for i in range(2)
+    ]
+    return cluster, pair
+
+
+def test_a_blocked_gang_holds_a_reservation_a_long_pod_behind_it_may_not_delay() -> None:
+    cluster, pair = _a_gang_blocked_behind_a_holder(EngineOptions())
+    long = work(whole("long"), "q", created_at=5, runtime=1000)
+    short = work(whole("short"), "q", created_at=6, runtime=20)
+    decisions = cluster.run([*pair, long, short], 10.0).decisions
+    assert _admitted(decisions) == ["short"]  # it ends before the gang's reserved start
+    (waiting,) = [d for d in decisions if d.workload.name == "long"]
+    assert isinstance(waiting, Wait)
+    assert waiting.cause.kind is WaitKind.RESERVATION
+    assert waiting.cause.pods[0].startswith("pair-")
+    cluster.evict("holder")
+    cluster.evict("short")
+    assert _admitted(cluster.run([*pair, long], 100.0).decisions) == ["pair-0", "pair-1"]
+
+
+def test_without_gang_reservations_the_long_pod_takes_the_gpu_the_gang_waits_for() -> None:
+    cluster, pair = _a_gang_blocked_behind_a_holder(EngineOptions(gang_reservations=False))
+    long = work(whole("long"), "q", created_at=5, runtime=1000)
+    assert _admitted(cluster.run([*pair, long], 10.0).decisions) == ["long"]
