@@ -3,27 +3,33 @@
 The issue's cases, each in its own namespace on nodes of its own: a gang of 4 one-GPU pods beside
 3 free GPUs binds none until the fourth frees, then all 4; of two gangs of 3 on 4 free GPUs one
 runs whole and the other holds nothing; a gang above its queue's ceiling pends with that reason;
-an indexed Job, whose PodGroup kube-controller-manager makes (gate WorkloadWithJob), starts whole.
+an indexed Job, whose PodGroup kube-controller-manager makes (gate WorkloadWithJob), starts whole;
+a high-priority gang preempts a whole lower-priority gang and nothing else; a Job's pods evicted
+are made again and start before a gang that arrived after the evicted pods but before them.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.install.crds import install_crds
+from gpupool.kube.scheduler.queue import MAX_BACKOFF
 
 from .live_helpers import (
     SchedulerProcesses,
     create_pods,
+    create_priority_class,
     delete_all_pods,
     gpu_pod,
     list_pods,
     make_nodes,
     pending_reason,
     wait_for,
+    wait_for_events,
 )
 
 pytestmark = pytest.mark.integration
@@ -33,15 +39,21 @@ Json = dict[str, Any]
 GROUPS = "/apis/scheduling.k8s.io/v1beta1/namespaces/{}/podgroups"
 
 
-async def _gang(api: KubeAPI, namespace: str, name: str, size: int, min_count: int) -> list[Json]:
-    """A PodGroup of ``min_count`` and ``size`` one-GPU pods naming it, on the test's nodes."""
+async def _gang(
+    api: KubeAPI, namespace: str, name: str, size: int, min_count: int, disruption: str = ""
+) -> list[Json]:
+    """A PodGroup of ``min_count`` and ``size`` one-GPU pods naming it, on the test's nodes
+    (``disruption``: its ``disruptionMode``; the API server's default is ``single``)."""
+    spec: Json = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    if disruption:
+        spec["disruptionMode"] = {disruption: {}}
     await api.create(
         GROUPS.format(namespace),
         {
             "apiVersion": "scheduling.k8s.io/v1beta1",
             "kind": "PodGroup",
             "metadata": {"name": name},
-            "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+            "spec": spec,
         },
     )
     pods = []
@@ -178,10 +190,8 @@ async def test_a_gang_above_its_queues_ceiling_pends_with_that_reason(
         await delete_all_pods(api, namespace)
 
 
-async def test_an_indexed_jobs_pod_group_made_by_its_controller_is_gang_scheduled(
-    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
-) -> None:
-    await _three_of_four_free(api, namespace, schedulers)
+async def _gang_job(api: KubeAPI, namespace: str, name: str, size: int) -> None:
+    """An indexed Job of ``size`` one-GPU pods on the test's nodes, scheduled as one gang."""
     template = gpu_pod("worker", selector={"test": namespace})
     template["spec"]["restartPolicy"] = "Never"
     await api.create(
@@ -189,18 +199,25 @@ async def test_an_indexed_jobs_pod_group_made_by_its_controller_is_gang_schedule
         {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": {"name": "train"},
+            "metadata": {"name": name},
             "spec": {
                 "completionMode": "Indexed",
-                "completions": 4,
-                "parallelism": 4,
+                "completions": size,
+                "parallelism": size,
                 # a gang of all its pods (minCount defaults to parallelism); without it the
                 # Job controller makes a basic PodGroup, whose pods go one by one
                 "scheduling": {"schedulingPolicy": {"gang": {}}},
-                "template": {"metadata": {"labels": {"job": "train"}}, "spec": template["spec"]},
+                "template": {"metadata": {"labels": {"job": name}}, "spec": template["spec"]},
             },
         },
     )
+
+
+async def test_an_indexed_jobs_pod_group_made_by_its_controller_is_gang_scheduled(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    await _three_of_four_free(api, namespace, schedulers)
+    await _gang_job(api, namespace, "train", 4)
 
     async def workers() -> list[Json]:
         return [p for p in await list_pods(api, namespace) if p["metadata"]["name"] != "holder"]
@@ -237,3 +254,138 @@ async def test_an_indexed_jobs_pod_group_made_by_its_controller_is_gang_schedule
         body={"propagationPolicy": "Background"},
     )
     await delete_all_pods(api, namespace)
+
+
+async def _running(api: KubeAPI, namespace: str, prefix: str) -> set[str]:
+    """The pods of ``prefix`` bound and not being deleted."""
+    return {
+        p["metadata"]["name"]
+        for p in await list_pods(api, namespace)
+        if p["metadata"]["name"].startswith(prefix)
+        and p["spec"].get("nodeName")
+        and not p["metadata"].get("deletionTimestamp")
+    }
+
+
+async def _high_gang(api: KubeAPI, namespace: str, priority_class: str) -> None:
+    """A gang of three one-GPU pods at ``priority_class``, bound once it has preempted."""
+    urgent = await _gang(api, namespace, "urgent", 3, 3)
+    for pod in urgent:
+        pod["spec"]["priorityClassName"] = priority_class
+    await create_pods(api, namespace, urgent)
+
+    async def bound() -> bool:
+        return len(await _running(api, namespace, "urgent-")) == 3
+
+    await wait_for(bound, 90, "the high gang bound")
+
+
+async def test_a_high_priority_gang_preempts_a_whole_lower_gang_and_nothing_else(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    """A 4-GPU node runs a gang of three (``disruptionMode: all``) and, started later, a
+    one-GPU bystander, the cheapest pod to evict; a gang of three at a higher priority evicts
+    the whole low gang, not the bystander, and each victim's Event says its work ends there."""
+    await make_nodes(api, namespace, 1, gpus=4)
+    high = f"{namespace}-high"
+    await create_priority_class(api, high, 1000)
+    schedulers.start("solo")
+    try:
+        low = await _gang(api, namespace, "low", 3, 3, disruption="all")
+        await create_pods(api, namespace, low)
+
+        async def low_bound() -> bool:
+            return len(await _running(api, namespace, "low-")) == 3
+
+        await wait_for(low_bound, 60, "the low gang bound")
+        await create_pods(api, namespace, [gpu_pod("bystander", selector={"test": namespace})])
+
+        async def bystander_bound() -> bool:
+            return bool(await _running(api, namespace, "bystander"))
+
+        await wait_for(bystander_bound, 30, "the bystander bound")
+        await _high_gang(api, namespace, high)
+        found = await _by_name(api, namespace)
+        assert "bystander" in found
+        assert not found["bystander"]["metadata"].get("deletionTimestamp")
+        assert not {"low-0", "low-1", "low-2"} & found.keys()
+        events = await wait_for_events(
+            api, namespace, "the victims' Events", reason="Preempted",
+            until=lambda found: len(found) >= 3,
+        )  # fmt: skip
+        assert {e["regarding"]["name"] for e in events} == {"low-0", "low-1", "low-2"}
+        assert all(
+            e["note"].endswith("no controller recreates it: its work ends here") for e in events
+        )
+    finally:
+        await delete_all_pods(api, namespace)
+        await api.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{high}")
+
+
+async def test_a_jobs_pods_evicted_come_back_at_their_place_in_the_queue(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    """A 4-GPU node runs a Job gang of three (the API's default ``disruptionMode: single``);
+    a rival gang of three arrives after it and waits. A 3-GPU pod at a higher priority evicts
+    two of the Job's pods (one GPU is free). The Job makes them again, after the rival arrived,
+    but they queue at the evicted pods' place: when the 3-GPU pod leaves, the Job's two new pods
+    start (its third still runs) and the rival, which would fit, waits behind them.
+
+    With EASY backfill: under the default, a reservation the rival already holds stays with it
+    (a followed reservation is kept by the pod that has it), and the pods queued ahead of it
+    take their turn after it."""
+    await make_nodes(api, namespace, 1, gpus=4)
+    high = f"{namespace}-high"
+    await create_priority_class(api, high, 1000)
+    schedulers.start("solo", args=("--backfill", "easy"))
+    try:
+        await _gang_job(api, namespace, "low", 3)
+
+        async def low_bound() -> bool:
+            return len(await _running(api, namespace, "low-")) == 3
+
+        await wait_for(low_bound, 60, "the Job's gang bound")
+        first = await _running(api, namespace, "low-")
+        await create_pods(api, namespace, await _gang(api, namespace, "rival", 3, 3))
+        rivals = ["rival-0", "rival-1", "rival-2"]
+        await wait_for(lambda: _all_told(api, namespace, rivals), 30, "the rival told why")
+        urgent = gpu_pod("urgent", gpus=3, selector={"test": namespace})
+        urgent["spec"]["priorityClassName"] = high
+        await create_pods(api, namespace, [urgent])
+
+        async def urgent_bound() -> bool:
+            return bool(await _running(api, namespace, "urgent"))
+
+        await wait_for(urgent_bound, 90, "the 3-GPU pod bound")
+        evicted = first - await _running(api, namespace, "low-")
+        assert len(evicted) == 2, evicted
+        events = await wait_for_events(
+            api, namespace, "the victims' Events", reason="Preempted",
+            until=lambda found: len(found) >= 2,
+        )  # fmt: skip
+        assert {e["regarding"]["name"] for e in events} == evicted
+        assert all("its Job low recreates it" in e["note"] for e in events), events[0]["note"]
+
+        async def recreated() -> bool:
+            names = {p["metadata"]["name"] for p in await list_pods(api, namespace)}
+            return len({n for n in names if n.startswith("low-")} - first) == 2
+
+        await wait_for(recreated, 90, "the Job made its pods again")
+        # order decides among the pods tried together: let every backoff (10 s at most) end
+        await asyncio.sleep(MAX_BACKOFF + 1)
+        await api.request(
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/pods/urgent",
+            body={"gracePeriodSeconds": 0},
+        )
+        await wait_for(low_bound, 60, "the Job's new pods bound at their place")
+        found = await _by_name(api, namespace)
+        assert not any(found[name]["spec"].get("nodeName") for name in rivals)
+    finally:
+        await api.request(
+            "DELETE",
+            f"/apis/batch/v1/namespaces/{namespace}/jobs/low",
+            body={"propagationPolicy": "Background"},
+        )
+        await delete_all_pods(api, namespace)
+        await api.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{high}")

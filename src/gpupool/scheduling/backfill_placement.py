@@ -37,8 +37,16 @@ def clear_of_reservations(
     """``decision`` if it cannot delay a reservation of the pool, else a placement away.
 
     A pod's own reservation does not hold it back (else a holder tried behind another
-    blocked pod could not start on the node kept for it), nor do its gang's.
+    blocked pod could not start on the node kept for it), nor do its gang's; nor does any on
+    a node nominated to it or its gang: preemption freed that room for it, and a reservation
+    kept there from before would leave the preemptor waiting for ever for room it emptied.
     """
+    nominee = cycle.nominees.get(decision.node)
+    if nominee is not None and (
+        cycle.nominations.get(workload.name) == decision.node
+        or (workload.gang and nominee.gang == workload.gang)
+    ):
+        return decision
     held = cycle.reservations.of(pool, heads, partial(cycle.room_checks, pool))
     pending, gang = cycle.reservations.pending, workload.gang
     reservations = [

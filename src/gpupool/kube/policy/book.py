@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from gpupool.core.model import PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
@@ -39,6 +40,7 @@ from gpupool.kube.objects.vocabulary import (
     LABEL_CLASS,
     LABEL_QUEUE,
 )
+from gpupool.kube.policy.requeue import Requeue
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.config import parse_duration
 from gpupool.policy.membership import pod_class
@@ -150,6 +152,7 @@ class PolicyBook:
         self.runtimes = RuntimeEstimator()
         self.admitted: dict[str, tuple[float, float]] = {}
         self._workloads: dict[str, tuple[str, Workload]] = {}
+        self.requeue = Requeue()
 
     def compile(self, config: PolicyConfig, snapshot: ClusterSnapshot) -> ClusterPolicy:
         """Compile ``config`` for a fresh snapshot (before anything is bound on it)."""
@@ -167,8 +170,15 @@ class PolicyBook:
         if cached is not None and cached[0] == version and cached[1].pod is spec:
             return cached[1]
         workload = workload_of(pod, spec, self._queues())
+        place = self.requeue.place(pod, workload.created_at)
+        if place != workload.created_at:
+            workload = replace(workload, created_at=place)
         self._workloads[uid] = (version, workload)
         return workload
+
+    def evicted(self, pod: PodRecord) -> None:
+        """Gpupool made ``pod`` leave: the pod its controller makes again takes its place."""
+        self.requeue.left(pod, epoch_seconds(pod.metadata.creation_timestamp))
 
     def _queues(self) -> tuple[QueueSpec, ...]:
         return self.policy.config.queues if self.policy is not None else ()
@@ -177,6 +187,7 @@ class PolicyBook:
         """Drop per-pod memory of a pod that left."""
         self._workloads.pop(uid, None)
         self.admitted.pop(uid, None)
+        self.requeue.forget(uid)
 
     def completed(self, uid: str, now: float) -> None:
         """A running pod succeeded at ``now``: learn its runtime (for backfill estimates).

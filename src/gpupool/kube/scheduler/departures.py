@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.policy.requeue import runs_again
 from gpupool.policy.spec import EvictionSpec
 
 DEFAULT_TERMINATION_GRACE = 30
@@ -111,11 +112,14 @@ class Departures:
         terms: Terms,
         covering: Covering,
         clock: Callable[[], float] = time.monotonic,
+        on_left: Callable[[PodRecord], None] | None = None,
     ) -> None:
         self.api = api
         self.terms = terms
         self.covering = covering
         self.clock = clock
+        self.on_left = on_left
+        """Told of each pod that leaves by gpupool's hand (its work keeps its queue place)."""
         self.refused: dict[str, tuple[float, float]] = {}
         """Per pod uid, its first and latest refusal of the blockage going on."""
         self.deleted = 0
@@ -148,8 +152,7 @@ class Departures:
             if now - since < terms.budget_wait:
                 return Departure(Outcome.REFUSED, refusal_text(error))
             return await self._delete(pod, (grace, grace_note), now - since)
-        self.forget(uid)
-        return Departure(Outcome.EVICTED, grace_note)
+        return self._left(pod, Departure(Outcome.EVICTED, grace_note))
 
     def _blocked_since(self, uid: str) -> float | None:
         """When the refusals of ``uid``'s eviction began, if they still go on.
@@ -177,15 +180,24 @@ class Departures:
                 self.forget(uid)
                 return Departure(Outcome.GONE)
             return Departure(Outcome.REFUSED, f"deleting past the budget wait failed: {error}")
-        self.forget(uid)
         self.deleted += 1
         budgets = self.covering(pod)
         who = f"PodDisruptionBudget {', '.join(budgets)}" if budgets else "a PodDisruptionBudget"
-        return Departure(
-            Outcome.DELETED,
-            f"{who} blocked eviction for {blocked:.0f} s; deleted past the pool's "
-            f"disruptionBudgetWait ({self.terms(pod).budget_wait:g} s), {grace[1]}",
+        return self._left(
+            pod,
+            Departure(
+                Outcome.DELETED,
+                f"{who} blocked eviction for {blocked:.0f} s; deleted past the pool's "
+                f"disruptionBudgetWait ({self.terms(pod).budget_wait:g} s), {grace[1]}",
+            ),
         )
+
+    def _left(self, pod: PodRecord, departure: Departure) -> Departure:
+        """The pod left: forget its refusals, keep its work's place, say what becomes of it."""
+        self.forget(pod.metadata.uid)
+        if self.on_left is not None:
+            self.on_left(pod)
+        return Departure(departure.outcome, f"{departure.note}; {runs_again(pod)}")
 
 
 def _path(pod: PodRecord) -> str:

@@ -115,7 +115,9 @@ class LiveScheduler:
         self.volume_informers = VolumeInformers(self.api, self.state.volumes, self._on_volumes)
         self.policies = PolicySource(self.api, self._on_policy)
         self.budgets = BudgetCache(self.api, self.state.pods, self._wake_if_leading)
-        self.departures = Departures(self.api, self.eviction_terms, self.budgets.of)
+        self.departures = Departures(
+            self.api, self.eviction_terms, self.budgets.of, on_left=self.book.evicted
+        )
         evictor = Evictor(self.departures, self.reports, self._still_evicting, self.wake.set)
         self.preemptions = Preemptions(evictor, self.reports)
         self.status = StatusWriter(self.api)
@@ -187,13 +189,11 @@ class LiveScheduler:
             self.departures.forget(uid)
         self.preemptions.on_pod(pod, gone=gone)
         self.budgets.on_pod(pod, gone=gone)
-        if self.leading:
-            self.wake.set()
+        self._wake_if_leading()
 
     def _on_policy(self) -> None:
         self.state.invalidate()  # pools decide node membership and sharing: rebuild
-        if self.leading:
-            self.wake.set()
+        self._wake_if_leading()
 
     def _prepare(self, snapshot: ClusterSnapshot) -> None:
         """A fresh snapshot: compile the pools and queues for its nodes."""
@@ -211,15 +211,14 @@ class LiveScheduler:
         )
 
     def _wake_if_leading(self) -> None:
-        """A node, budget or claim changed: the leader decides again."""
+        """Something a decision reads changed: the leader decides again."""
         if self.leading:
             self.wake.set()
 
     def _on_volumes(self) -> None:
         """A claim, volume, class or PodGroup changed: pods parked for them are tried again."""
         self.state.capacity_epoch += 1
-        if self.leading:
-            self.wake.set()
+        self._wake_if_leading()
 
     def _node_labels(self, name: str) -> dict[str, str] | None:
         node = self.state.nodes.get(name)
