@@ -4,6 +4,7 @@ The issue's cases, each in its own namespace on nodes of its own: a gang of 4 on
 3 free GPUs binds none until the fourth frees, then all 4; of two gangs of 3 on 4 free GPUs one
 runs whole and the other holds nothing; a gang above its queue's ceiling pends with that reason;
 an indexed Job, whose PodGroup kube-controller-manager makes (gate WorkloadWithJob), starts whole;
+a gang with a topology constraint starts within one rack;
 a high-priority gang preempts a whole lower-priority gang and nothing else; a Job's pods evicted
 are made again and start before a gang that arrived after the evicted pods but before them.
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.install.crds import install_crds
 from gpupool.kube.scheduler.queue import MAX_BACKOFF
@@ -40,13 +42,22 @@ GROUPS = "/apis/scheduling.k8s.io/v1beta1/namespaces/{}/podgroups"
 
 
 async def _gang(
-    api: KubeAPI, namespace: str, name: str, size: int, min_count: int, disruption: str = ""
+    api: KubeAPI,
+    namespace: str,
+    name: str,
+    size: int,
+    min_count: int,
+    disruption: str = "",
+    topology: str = "",
 ) -> list[Json]:
     """A PodGroup of ``min_count`` and ``size`` one-GPU pods naming it, on the test's nodes
-    (``disruption``: its ``disruptionMode``; the API server's default is ``single``)."""
+    (``disruption``: its ``disruptionMode``, the API server's default is ``single``;
+    ``topology``: the node label all its pods must share a value of)."""
     spec: Json = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
     if disruption:
         spec["disruptionMode"] = {disruption: {}}
+    if topology:
+        spec["schedulingConstraints"] = {"topology": [{"key": topology}]}
     await api.create(
         GROUPS.format(namespace),
         {
@@ -389,3 +400,32 @@ async def test_a_jobs_pods_evicted_come_back_at_their_place_in_the_queue(
         )
         await delete_all_pods(api, namespace)
         await api.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{high}")
+
+
+async def test_a_gang_with_a_topology_constraint_starts_within_one_rack(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    """Rack a: one 2-GPU node; rack b: two. A gang of three asking for one rack starts on
+    rack b's nodes; split over a and b it would have fitted the emptiest nodes too."""
+    rack = "topology.kubernetes.io/rack"
+    await create_nodes(
+        api,
+        [
+            FakeGpuNode(f"{namespace}-{name}", gpus=2, labels=(("test", namespace), (rack, value)))
+            for name, value in (("a0", "a"), ("b0", "b"), ("b1", "b"))
+        ],
+    )
+    pods = await _gang(api, namespace, "ring", 3, 3, topology=rack)
+    await create_pods(api, namespace, pods)
+    schedulers.start("solo")
+    names = [p["metadata"]["name"] for p in pods]
+
+    async def all_bound() -> bool:
+        found = await _by_name(api, namespace)
+        return all(name in found and found[name]["spec"].get("nodeName") for name in names)
+
+    await wait_for(all_bound, 30, "the gang bound")
+    found = await _by_name(api, namespace)
+    nodes = {found[name]["spec"]["nodeName"] for name in names}
+    assert nodes <= {f"{namespace}-b0", f"{namespace}-b1"}, nodes
+    await delete_all_pods(api, namespace)

@@ -27,10 +27,14 @@ from gpupool.devcluster.processes import ManagedProcess, StartsAndStops, free_po
 START_TIMEOUT = 60.0
 STAGES_FILE = Path(__file__).with_name("kwok-stages.yaml")
 
-WORKLOAD_GATES = "--feature-gates=GenericWorkload=true,WorkloadWithJob=true"
-"""Kubernetes 1.37's Workload and PodGroup API (beta, off by default), and the Job controller
-making a PodGroup for each Job (alpha): on in every component that reads them, so gangs can be
-declared, Jobs become gangs, and kube-scheduler schedules them as the reference."""
+WORKLOAD_GATES = (
+    "--feature-gates=GenericWorkload=true,WorkloadWithJob=true,TopologyAwareWorkloadScheduling=true"
+)
+"""Kubernetes 1.37's Workload and PodGroup API (beta, off by default), the Job controller
+making a PodGroup for each Job (alpha) and a PodGroup's topology constraint (alpha, without it
+the API server refuses ``spec.schedulingConstraints``): on in every component that reads them,
+so gangs can be declared, Jobs become gangs, and kube-scheduler schedules them as the
+reference."""
 
 
 @dataclass(frozen=True, slots=True)

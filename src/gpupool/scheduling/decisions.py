@@ -224,10 +224,14 @@ class GangSpec:
         evict_alone: Its pods may be disrupted one at a time (``disruptionMode: single``);
             otherwise (``all``, or none given) a pod preemption or reclaim takes goes with its
             whole gang.
+        topology_key: A node label (``schedulingConstraints.topology[].key``, for example
+            ``topology.kubernetes.io/rack``): every pod of the gang goes to nodes sharing one
+            value of it ("" for none).
     """
 
     min_count: int
     evict_alone: bool = False
+    topology_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,34 +52,40 @@ def nominated_wait(cycle: Cycle, gang: str, members: list[Member]) -> WaitCause 
 
 
 def preempt_for_gang(
-    cycle: Cycle, gang: str, members: list[Member], needed: int, pool: int, units: int
+    cycle: Cycle,
+    gang: str,
+    members: list[Member],
+    needed: int,
+    pool: int,
+    units: int,
+    domain: tuple[NodeCheck, ...] = (),
 ) -> dict[str, EngineDecision] | None:
     """The gang's preemptions in ``pool`` when they give it ``needed`` places, else ``None``.
 
     ``units``: what the whole gang would be charged there (a reclaim must leave its queue
-    within its guarantee with all of it).
+    within its guarantee with all of it); ``domain``: the topology domain it must start in.
     """
     search = cycle.victims
     queue = members[0][1]
     if not cycle.engine.options.preemption or not search.may_search(queue, pool):
         return None
     evicting, disruption = set(search.evicting), search.disruption
-    choices = _greedy(cycle, members, pool, units)
-    if choices is None or len(_places(cycle, members, pool, choices)) < needed:
+    choices = _greedy(cycle, members, pool, units, domain)
+    if choices is None or len(_places(cycle, members, pool, choices, domain)) < needed:
         search.evicting, search.disruption = evicting, disruption
         return None
     for choice in sorted(choices, key=lambda c: -c.gpu_seconds_lost):
         fewer = [c for c in choices if c is not choice]
-        if len(_places(cycle, members, pool, fewer)) >= needed:
+        if len(_places(cycle, members, pool, fewer, domain)) >= needed:
             choices = fewer
     victims = [victim for choice in choices for victim in choice.victims]
     search.evicting = evicting | set(victims)
     search.disruption = disruption.after(victims)
-    return _decisions(cycle, gang, members, pool, choices)
+    return _decisions(cycle, gang, members, pool, choices, domain)
 
 
 def _greedy(
-    cycle: Cycle, members: list[Member], pool: int, units: int
+    cycle: Cycle, members: list[Member], pool: int, units: int, domain: tuple[NodeCheck, ...]
 ) -> list[VictimChoice] | None:
     """Victims for each pod that finds no room, the earlier pods' victims already gone.
 
@@ -92,12 +98,12 @@ def _greedy(
     choices: list[VictimChoice] = []
     try:
         for workload, queue in members:
-            checks = cycle.checks(pool, workload, queue)
+            checks = cycle.checks(pool, workload, queue) + domain
             found = _fit(cycle, workload, checks)
             if found is None:
                 priority = priority_of(cycle.tables, queue, workload)
                 attempt = Attempt(workload, queue, pool, units, priority)
-                freed = cycle.checks(pool, workload, queue, freed=True)
+                freed = cycle.checks(pool, workload, queue, freed=True) + domain
                 choice = cycle.victims.for_room(attempt, freed, cycle.ledger)
                 if choice is None:
                     continue
@@ -119,7 +125,11 @@ def _greedy(
 
 
 def _places(
-    cycle: Cycle, members: list[Member], pool: int, choices: list[VictimChoice]
+    cycle: Cycle,
+    members: list[Member],
+    pool: int,
+    choices: list[VictimChoice],
+    domain: tuple[NodeCheck, ...],
 ) -> dict[str, int]:
     """Where the gang's pods go, one after another, once ``choices``' victims are gone."""
     snapshot = cycle.snapshot
@@ -128,7 +138,7 @@ def _places(
     places: dict[str, int] = {}
     try:
         for workload, queue in members:
-            found = _fit(cycle, workload, cycle.checks(pool, workload, queue))
+            found = _fit(cycle, workload, cycle.checks(pool, workload, queue) + domain)
             if found is not None:
                 snapshot.bind(workload.pod, found.node, found.gpus)
                 places[workload.name] = found.node
@@ -153,9 +163,10 @@ def _decisions(
     members: list[Member],
     pool: int,
     choices: list[VictimChoice],
+    domain: tuple[NodeCheck, ...],
 ) -> dict[str, EngineDecision]:
     """A nomination with its victims for a pod placed on each choice's node; the rest wait."""
-    places = _places(cycle, members, pool, choices)
+    places = _places(cycle, members, pool, choices, domain)
     owners: dict[str, VictimChoice] = {}
     for choice in choices:
         owner = next(

@@ -8,7 +8,9 @@ hold half and deadlock. So when the cycle reaches the first pod of a gang in ser
 * quota for all of them together (the queue's ceiling, its borrowing rule and
   ``maxConcurrentPods`` counted per pod);
 * placement, pod after pod on the cycle's snapshot with each pod's own checks (pool,
-  nominations, backfill reservations, claims), so no two pods of the gang take the same room;
+  nominations, backfill reservations, claims), so no two pods of the gang take the same room,
+  and, when its PodGroup names a topology key, in one domain of it
+  (:mod:`gpupool.scheduling.gang_topology`);
 * if at least ``minCount`` minus the pods already running were placed, every placed pod is
   admitted (the rest wait as single pods do, for room);
 * otherwise the gang preempts for all its places at once or evicts nothing
@@ -30,11 +32,13 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from gpupool.core.decisions import Bind, Reject
+from gpupool.core.filtering import NodeCheck
 from gpupool.policy.quota import hold_reason
 from gpupool.policy.workload import Workload
 from gpupool.scheduling.backfill_placement import clear_of_reservations
 from gpupool.scheduling.decisions import EngineDecision, Wait
 from gpupool.scheduling.gang_preemption import nominated_wait, preempt_for_gang
+from gpupool.scheduling.gang_topology import domain_checks
 from gpupool.scheduling.ordering import priority_of
 from gpupool.scheduling.victims import Attempt
 from gpupool.scheduling.wait_cause import WaitCause, WaitKind, rejected, waiting_behind
@@ -114,12 +118,12 @@ class Gangs:
         held = hold_reason(cycle.tables, layout, cycle.ledger, queue, pool, units, len(members))
         if held:
             return WaitCause(WaitKind.QUOTA, f"gang {gang} of {len(members)} pods: {held}")
-        placed, refusal = self._place(members, pool)
+        placed, refusal, domain = self._where(gang, members, needed, pool)
         if len(placed) < needed:
             nominated = nominated_wait(cycle, gang, members)
             if nominated is not None:
                 return nominated
-            preempted = preempt_for_gang(cycle, gang, members, needed, pool, units)
+            preempted = preempt_for_gang(cycle, gang, members, needed, pool, units, domain)
             if preempted is not None:
                 return preempted
             if cycle.engine.options.gang_reservations:
@@ -142,7 +146,35 @@ class Gangs:
                 )
         return decisions
 
-    def _place(self, members: list[Member], pool: int) -> tuple[dict[str, Bind], WaitCause | None]:
+    def _where(
+        self, gang: str, members: list[Member], needed: int, pool: int
+    ) -> tuple[dict[str, Bind], WaitCause | None, tuple[NodeCheck, ...]]:
+        """The gang's places, in the first topology domain that holds ``needed`` of its pods.
+
+        Without a topology key the whole pool is one domain. When no domain holds enough, the
+        one that held most (its check returned, for preemption to search in).
+        """
+        cycle = self.cycle
+        key = cycle.request.gangs[gang].topology_key
+        if not key:
+            placed, refusal = self._place(members, pool)
+            return placed, refusal, ()
+        running = [r.node for r in cycle.request.running.values() if r.workload.gang == gang]
+        best: tuple[dict[str, Bind], WaitCause | None, tuple[NodeCheck, ...]] | None = None
+        for check in domain_checks(cycle.snapshot, key, running):
+            placed, refusal = self._place(members, pool, (check,))
+            if len(placed) >= needed:
+                return placed, refusal, (check,)
+            if best is None or len(placed) > len(best[0]):
+                best = (placed, refusal, (check,))
+        if best is None:
+            where = "its pods' domain" if running else f"a node labelled {key}"
+            return {}, WaitCause(WaitKind.NODE_CONSTRAINTS, f"no room in {where}"), ()
+        return best
+
+    def _place(
+        self, members: list[Member], pool: int, domain: tuple[NodeCheck, ...] = ()
+    ) -> tuple[dict[str, Bind], WaitCause | None]:
         """Where each pod of the gang would go, one after another (the snapshot as it was)."""
         cycle = self.cycle
         placed: dict[str, Bind] = {}
@@ -150,7 +182,7 @@ class Gangs:
         heads = cycle.blocked.get(pool)
         try:
             for workload, queue in members:
-                checks = cycle.checks(pool, workload, queue)
+                checks = cycle.checks(pool, workload, queue) + domain
                 found: Bind | Reject | WaitCause = cycle.engine.scheduler.schedule(
                     cycle.snapshot, workload.pod, checks
                 )

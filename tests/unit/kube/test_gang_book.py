@@ -77,6 +77,19 @@ def test_a_gang_is_known_by_its_min_count_and_a_basic_groups_pods_go_alone(
     assert book.specs()["ml/job"] == GangSpec(2, evict_alone=True)
 
 
+def test_a_pod_groups_topology_constraint_names_the_label_its_pods_share() -> None:
+    body = {
+        "metadata": {"name": "ring", "namespace": "ml"},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": 8}},
+            "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/rack"}]},
+        },
+    }
+    assert msgspec.convert(body, PodGroupRecord).gang == GangSpec(
+        8, topology_key="topology.kubernetes.io/rack"
+    )
+
+
 async def test_the_live_scheduler_binds_a_gang_whole_when_the_queue_releases_one_pod() -> None:
     recorder = Recorder()
     scheduler = live_scheduler(recorder)

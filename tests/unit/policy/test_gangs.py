@@ -233,3 +233,45 @@ def test_without_gang_reservations_the_long_pod_takes_the_gpu_the_gang_waits_for
     cluster, pair = _a_gang_blocked_behind_a_holder(EngineOptions(gang_reservations=False))
     long = work(whole("long"), "q", created_at=5, runtime=1000)
     assert _admitted(cluster.run([*pair, long], 10.0).decisions) == ["long"]
+
+
+def _racks() -> Cluster:
+    """Rack (label ``group``) a: one 2-GPU node; b: two 2-GPU nodes; a 4-GPU node of none."""
+    config = PolicyConfig((one_pool(),), (queue("q", "p"),))
+    nodes = [
+        node("a0", gpus=2, group="a"),
+        node("b0", gpus=2, group="b"),
+        node("b1", gpus=2, group="b"),
+        node("x0", gpus=4),
+    ]
+    return Cluster(nodes, config, EASY)
+
+
+def test_a_gang_with_a_topology_key_starts_within_one_domain_of_it() -> None:
+    cluster = _racks()
+    cluster.gangs["q/ring"] = GangSpec(3, topology_key="group")
+    decisions = cluster.run(_gang("ring", 3)).decisions
+    assert len(_admitted(decisions)) == 3
+    nodes = {cluster.snapshot.node_names[cluster.running[w.name].node] for w in _gang("ring", 3)}
+    assert nodes <= {"b0", "b1"}, nodes
+
+
+def test_a_gang_no_domain_holds_waits_though_the_cluster_could_hold_it() -> None:
+    cluster = _racks()
+    cluster.gangs["q/big"] = GangSpec(5, topology_key="group")  # 6 labelled GPUs, 4 per rack
+    decisions = cluster.run(_gang("big", 5)).decisions
+    assert _admitted(decisions) == []
+    assert decisions[0].reason.startswith(  # type: ignore[attr-defined]
+        "gang q/big: 4 of the 5 pods it needs at once fit"
+    )
+
+
+def test_a_gang_with_pods_running_adds_only_to_their_domain() -> None:
+    cluster = _racks()
+    cluster.gangs["q/job"] = GangSpec(2, topology_key="group")
+    gang = _gang("job", 2)
+    assert len(_admitted(cluster.run(gang).decisions)) == 2
+    (first,) = {cluster.snapshot.node_names[cluster.running[w.name].node][0] for w in gang}
+    cluster.evict("job-1")  # a replaced worker: its peer holds its rack
+    assert _admitted(cluster.run(gang[1:], 10.0).decisions) == ["job-1"]
+    assert cluster.snapshot.node_names[cluster.running["job-1"].node][0] == first

@@ -3,7 +3,9 @@
 * Kubernetes 1.37's ``scheduling.k8s.io/v1beta1`` PodGroup (gate ``GenericWorkload``): the pod
   names it in ``spec.schedulingGroup.podGroupName``; ``spec.schedulingPolicy.gang.minCount``
   pods must start together, a ``basic`` policy schedules them one by one;
-  ``spec.disruptionMode.single`` lets preemption and reclaim take its pods one at a time.
+  ``spec.disruptionMode.single`` (the API server's default) lets preemption and reclaim take
+  its pods one at a time; ``spec.schedulingConstraints.topology[0].key`` keeps its pods on
+  nodes sharing one value of that node label.
 * The scheduler-plugins coscheduling ``scheduling.x-k8s.io/v1alpha1`` PodGroup that Kubeflow's
   training operator and KubeRay write: the pod carries the label
   ``scheduling.x-k8s.io/pod-group``; ``spec.minMember`` pods must start together.
@@ -43,11 +45,24 @@ class DisruptionMode(msgspec.Struct, frozen=True):
     single: dict[str, object] | None = None
 
 
+class TopologyConstraint(msgspec.Struct, frozen=True):
+    """One ``spec.schedulingConstraints.topology`` entry: the node label of the domain."""
+
+    key: str = ""
+
+
+class SchedulingConstraints(msgspec.Struct, frozen=True):
+    """``spec.schedulingConstraints``: where the group's pods must be together."""
+
+    topology: tuple[TopologyConstraint, ...] = ()
+
+
 class PodGroupSpec(msgspec.Struct, frozen=True, rename="camel"):
     """The spec fields a gang is made of."""
 
     scheduling_policy: SchedulingPolicy = SchedulingPolicy()
     disruption_mode: DisruptionMode = DisruptionMode()
+    scheduling_constraints: SchedulingConstraints = SchedulingConstraints()
 
 
 class PodGroupRecord(KubeObject, frozen=True):
@@ -61,7 +76,12 @@ class PodGroupRecord(KubeObject, frozen=True):
         gang = self.spec.scheduling_policy.gang
         if gang is None:
             return None
-        return GangSpec(gang.min_count, evict_alone=self.spec.disruption_mode.single is not None)
+        topology = self.spec.scheduling_constraints.topology
+        return GangSpec(
+            gang.min_count,
+            evict_alone=self.spec.disruption_mode.single is not None,
+            topology_key=topology[0].key if topology else "",  # the API allows one
+        )
 
 
 class CoschedulingSpec(msgspec.Struct, frozen=True, rename="camel"):
