@@ -34,7 +34,8 @@ _MODELS = {
 }
 PRESETS = ("h100", "h100-islands", "h200", "a100-mig", "t4")
 """``h100``: eight GPUs on one NVSwitch (one NVLink domain); ``h100-islands``: eight GPUs in two
-NVLink islands of four (GPUs 0-3 and 4-7 reach each other only over PCIe)."""
+NVLink islands of four (GPUs 0-3 and 4-7 reach each other only over PCIe). Every preset is a
+two-socket host: the first half of its GPUs on NUMA node 0, the second on node 1."""
 # NVML's full names, and whether the board supports MIG
 _PRODUCTS = {
     "H100": ("NVIDIA H100 80GB HBM3", True),
@@ -82,6 +83,7 @@ def preset_devices(preset: str, node: str) -> tuple[GpuDevice, ...]:
                 mig_capable=mig_capable,
                 driver_version=FAKE_DRIVER_VERSION,
                 link_domain=index // 4 if preset == "h100-islands" else 0,
+                numa_node=index * 2 // count,  # two sockets, half the GPUs on each
             )
         )
     return tuple(devices)

@@ -21,6 +21,7 @@ from gpupool.agent.nvml import GpuDevice
 from gpupool.kube.client.api import JsonObject, KubeAPI
 from gpupool.kube.objects.vocabulary import (
     ANNOTATION_GPU_LINKS,
+    ANNOTATION_GPU_NUMA,
     ANNOTATION_GPU_UNHEALTHY,
     ANNOTATION_GPU_UUIDS,
     LABEL_GPU_MEMORY,
@@ -69,10 +70,12 @@ def publication(gpus: tuple[GpuDevice, ...], slots_per_gpu: int) -> NodePublicat
     labels = gpu_labels(gpus)
     unhealthy = ",".join(gpu.uuid for gpu in gpus if not gpu.healthy)
     links = [str(gpu.link_domain) for gpu in plain]
+    numa = [str(gpu.numa_node) for gpu in plain]
     annotations: dict[str, str | None] = {
         ANNOTATION_GPU_UUIDS: ",".join(gpu.uuid for gpu in plain) or None,
         ANNOTATION_GPU_UNHEALTHY: unhealthy or None,
         ANNOTATION_GPU_LINKS: ",".join(links) if len(set(links)) > 1 else None,
+        ANNOTATION_GPU_NUMA: ",".join(numa) if len(set(numa)) > 1 and "-1" not in numa else None,
     }
     allocatable = {
         name: str(sum(device.healthy for device in devices))

@@ -46,6 +46,7 @@ class GpuDevice:
         driver_version: The NVIDIA driver's version (``570.124.06``); empty when unknown.
         link_domain: Its NVLink domain: GPUs joined by NVLink (directly or through an
             NVSwitch) share one; 0 for all when NVML reports no NVLink.
+        numa_node: The host NUMA node it is attached to (``-1`` when NVML cannot say).
     """
 
     index: int
@@ -60,6 +61,7 @@ class GpuDevice:
     mig_capable: bool = False
     driver_version: str = ""
     link_domain: int = 0
+    numa_node: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +184,7 @@ class RealNvml:
                     product_name=name,
                     mig_capable=mig_capable,
                     driver_version=driver,
+                    numa_node=self._numa_node(handle),
                 )
             )
         linked = self._nvlinked(self._handles())
@@ -189,6 +192,14 @@ class RealNvml:
             return tuple(result)
         domains = link_domains(len(result), linked)
         return tuple(replace(gpu, link_domain=domains[gpu.index]) for gpu in result)
+
+    def _numa_node(self, handle: Any) -> int:
+        """The GPU's NUMA node (``-1``: a driver or binding without the query, or none)."""
+        nvml = self._nvml
+        try:
+            return int(nvml.nvmlDeviceGetNumaNodeId(handle))
+        except (AttributeError, nvml.NVMLError):
+            return -1
 
     def _nvlinked(self, handles: list[Any]) -> set[tuple[int, int]] | None:
         """The pairs of GPU indexes NVML says are joined by NVLink (``None``: it cannot say)."""

@@ -95,6 +95,13 @@ Gangs = Annotated[
         "together or not at all (0..1)."
     ),
 ]
+NoGangReservations = Annotated[
+    bool,
+    typer.Option(
+        "--no-gang-reservations",
+        help="A gang that cannot start whole holds no backfill reservation.",
+    ),
+]
 Governance = Annotated[
     bool,
     typer.Option(help="Apply the governance rules (with --idle-share/--overrun-share)."),
@@ -119,13 +126,7 @@ def sim_dynamic(
     no_preemption: Annotated[
         bool, typer.Option("--no-preemption", help="No preemption or reclaim.")
     ] = False,
-    no_gang_reservations: Annotated[
-        bool,
-        typer.Option(
-            "--no-gang-reservations",
-            help="A gang that cannot start whole holds no backfill reservation.",
-        ),
-    ] = False,
+    no_gang_reservations: NoGangReservations = False,
     config: Annotated[
         Path | None,
         typer.Option(help="GPUPool/GPUQueue YAML (default: the bundled teams.yaml)."),

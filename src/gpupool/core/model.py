@@ -142,6 +142,7 @@ class NodeSpec:
             no filter, GPU choice or preemption gives them out again.
         gpu_links: The NVLink domain of each GPU by index (GPUs of one domain are joined by
             NVLink or an NVSwitch, others only by PCIe); empty when unknown or one domain.
+        gpu_numa: The host NUMA node of each GPU by index; empty when unknown or one node.
         extra_resources: Allocatable amounts of every other resource (:data:`ExtraResources`);
             stored sorted, zero amounts dropped.
         refused_kinds: Request kinds the node's agent refused to start lately for a reason of
@@ -166,6 +167,7 @@ class NodeSpec:
     refused_kinds: tuple[RequestKind, ...] = ()
     extra_resources: ExtraResources = ()
     gpu_links: tuple[int, ...] = ()
+    gpu_numa: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         owner = f"node {self.name!r}"
@@ -180,12 +182,12 @@ class NodeSpec:
             raise InvalidSpecError(owner, "gpu_model", "a node with GPUs needs a model name")
         for profile, count in self.mig_slices:
             _require_non_negative(owner, f"mig_slices[{profile}]", count)
-        if self.gpu_links and len(self.gpu_links) != self.gpu_count:
-            raise InvalidSpecError(
-                owner,
-                "gpu_links",
-                f"one domain per GPU ({self.gpu_count}), got {len(self.gpu_links)}",
-            )
+        for name in ("gpu_links", "gpu_numa"):
+            listed = getattr(self, name)
+            if listed and len(listed) != self.gpu_count:
+                raise InvalidSpecError(
+                    owner, name, f"one domain per GPU ({self.gpu_count}), got {len(listed)}"
+                )
         for index in self.unhealthy_gpus:
             if not 0 <= index < self.gpu_count:
                 raise InvalidSpecError(

@@ -6,7 +6,9 @@ Three rules cover the published policies (placement-benchmark.md, section 2.4):
   ties; for whole GPUs that is simply the first fully free GPUs by index; a pod of several GPUs
   on a node of several NVLink domains takes them from one domain when one has room (its
   collective traffic then stays on NVLink, not PCIe), the domain with the fewest usable GPUs
-  left over, so whole domains stay free for larger pods;
+  left over, so whole domains stay free for larger pods; failing that (one NVLink domain, an
+  NVSwitch, or none with room), from one host NUMA node by the same rule, so its host-side
+  copies do not cross the socket interconnect;
 * random fit: a single share goes to a uniformly random eligible GPU; whole GPUs as best fit;
 * scored choice (FGD) lives with its policy.
 """
@@ -27,11 +29,12 @@ def best_fit_gpus(snapshot: ClusterSnapshot, pod: PodSpec, node: int) -> tuple[i
     if pod.gpu_count == 0:
         return ()
     key = np.where(eligible_gpus(snapshot, pod, node), snapshot.gpu_free[node], _NEVER)
-    links = snapshot.nodes[node].gpu_links
-    if pod.gpu_count > 1 and links:
-        linked = _one_domain(key, links, pod.gpu_count)
-        if linked is not None:
-            return linked
+    if pod.gpu_count > 1:
+        spec = snapshot.nodes[node]
+        for domains in (spec.gpu_links, spec.gpu_numa):
+            together = _one_domain(key, domains, pod.gpu_count) if domains else None
+            if together is not None:
+                return together
     order = np.argsort(key, kind="stable")[: pod.gpu_count]
     return tuple(int(i) for i in order)
 

@@ -55,6 +55,7 @@ from gpupool.kube.objects.translate_affinity import pod_terms
 from gpupool.kube.objects.vocabulary import (
     ANNOTATION_ALLOWED_MODELS,
     ANNOTATION_GPU_LINKS,
+    ANNOTATION_GPU_NUMA,
     ANNOTATION_GPU_UNHEALTHY,
     ANNOTATION_GPU_UUIDS,
     ANNOTATION_HANDOFF_REFUSED,
@@ -211,7 +212,8 @@ def node_spec(node: NodeRecord) -> NodeSpec:
             owner, node.metadata.annotations.get(ANNOTATION_HANDOFF_REFUSED)
         ),
         extra_resources=extras,
-        gpu_links=gpu_links(node, gpus),
+        gpu_links=per_gpu(node, ANNOTATION_GPU_LINKS, gpus),
+        gpu_numa=per_gpu(node, ANNOTATION_GPU_NUMA, gpus),
     )
 
 
@@ -238,13 +240,13 @@ def _gpus(node: NodeRecord, devices: int) -> tuple[int, tuple[int, ...]]:
     return len(listed), unhealthy
 
 
-def gpu_links(node: NodeRecord, count: int) -> tuple[int, ...]:
-    """Each GPU's NVLink domain, from the agent's annotation.
+def per_gpu(node: NodeRecord, annotation: str, count: int) -> tuple[int, ...]:
+    """Each GPU's NVLink domain or NUMA node, from the agent's ``annotation``.
 
     None (one domain) when it lists another number of GPUs than the node has, or is not a list
     of integers: the annotation is the agent's, and a node is better placed without it.
     """
-    listed = node.metadata.annotations.get(ANNOTATION_GPU_LINKS, "")
+    listed = node.metadata.annotations.get(annotation, "")
     try:
         domains = tuple(int(value) for value in listed.split(",")) if listed else ()
     except ValueError:

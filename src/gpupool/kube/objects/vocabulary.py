@@ -53,11 +53,15 @@ ANNOTATION_GPU_LINKS = "gpupool.io/gpu-nvlink-domains"
 """Node annotation written by the node agent: the NVLink domain of each GPU in the order of
 ``gpupool.io/gpu-uuids`` (``0,0,0,0,1,1,1,1``: two islands of four joined by NVLink), present
 only when the node has more than one domain."""
+ANNOTATION_GPU_NUMA = "gpupool.io/gpu-numa-nodes"
+"""Node annotation written by the node agent: the host NUMA node of each GPU in the same order,
+present only when NVML names one for every GPU and they are not all the same."""
 SCHEDULED_NODE_ANNOTATIONS = (
     ANNOTATION_GPU_UUIDS,
     ANNOTATION_GPU_UNHEALTHY,
     ANNOTATION_HANDOFF_REFUSED,
     ANNOTATION_GPU_LINKS,
+    ANNOTATION_GPU_NUMA,
 )
 """The node annotations placement reads: a change in one rebuilds the scheduler's snapshot."""
 ANNOTATION_GPU_USAGE = "gpupool.io/gpu-usage"
