@@ -4,7 +4,9 @@ The issue's cases, each in its own namespace on nodes of its own: a gang of 4 on
 3 free GPUs binds none until the fourth frees, then all 4; of two gangs of 3 on 4 free GPUs one
 runs whole and the other holds nothing; a gang above its queue's ceiling pends with that reason;
 an indexed Job, whose PodGroup kube-controller-manager makes (gate WorkloadWithJob), starts whole;
-a gang with a topology constraint starts within one rack;
+a gang with a topology constraint starts within one rack; a coscheduling group (the
+``scheduling.x-k8s.io/pod-group`` label Kubeflow's training operator and KubeRay write) starts
+whole;
 a high-priority gang preempts a whole lower-priority gang and nothing else; a Job's pods evicted
 are made again and start before a gang that arrived after the evicted pods but before them.
 """
@@ -26,6 +28,7 @@ from .live_helpers import (
     create_pods,
     create_priority_class,
     delete_all_pods,
+    establish_crds,
     gpu_pod,
     list_pods,
     make_nodes,
@@ -429,3 +432,77 @@ async def test_a_gang_with_a_topology_constraint_starts_within_one_rack(
     nodes = {found[name]["spec"]["nodeName"] for name in names}
     assert nodes <= {f"{namespace}-b0", f"{namespace}-b1"}, nodes
     await delete_all_pods(api, namespace)
+
+
+COSCHEDULING_CRD: Json = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "podgroups.scheduling.x-k8s.io"},
+    "spec": {
+        "group": "scheduling.x-k8s.io",
+        "names": {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups",
+                  "singular": "podgroup", "shortNames": ["pg", "pgs"]},
+        "scope": "Namespaced",
+        "versions": [{
+            "name": "v1alpha1", "served": True, "storage": True,
+            "subresources": {"status": {}},
+            "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                "spec": {"type": "object", "properties": {
+                    "minMember": {"type": "integer", "format": "int32"},
+                    "minResources": {"type": "object", "additionalProperties": {
+                        "anyOf": [{"type": "integer"}, {"type": "string"}],
+                        "x-kubernetes-int-or-string": True}},
+                    "scheduleTimeoutSeconds": {"type": "integer", "format": "int32"},
+                }},
+                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            }}},
+        }],
+    },
+}  # fmt: skip
+"""scheduler-plugins' coscheduling PodGroup CRD, its spec's fields as v0.31 defines them (the
+project's CRD, written out: its generator pulls in kube-scheduler's whole tree)."""
+
+
+async def test_a_coscheduling_groups_labelled_pods_start_whole(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    """The label form: four pods labelled ``scheduling.x-k8s.io/pod-group: ray`` with a
+    coscheduling PodGroup of ``minMember`` 4, beside 3 free GPUs: none bound, then all four."""
+    await establish_crds(api, [COSCHEDULING_CRD])  # served before the scheduler starts
+    try:
+        await api.create(
+            f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups",
+            {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": "ray"},
+                "spec": {"minMember": 4},
+            },
+        )
+        await _three_of_four_free(api, namespace, schedulers)
+        pods = []
+        for index in range(4):
+            pod = gpu_pod(f"ray-{index}", selector={"test": namespace})
+            pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "ray"}
+            pods.append(pod)
+        await create_pods(api, namespace, pods)
+        names = [p["metadata"]["name"] for p in pods]
+        await wait_for(lambda: _all_told(api, namespace, names), 30, "the group told why")
+        found = await _by_name(api, namespace)
+        assert not any(found[name]["spec"].get("nodeName") for name in names)
+        assert pending_reason(found["ray-0"]).startswith(
+            f"gang {namespace}/ray: 3 of the 4 pods it needs at once fit"
+        ), pending_reason(found["ray-0"])
+        await api.request(
+            "DELETE", f"/api/v1/namespaces/{namespace}/pods/holder", body={"gracePeriodSeconds": 0}
+        )
+
+        async def all_bound() -> bool:
+            return len(await _running(api, namespace, "ray-")) == 4
+
+        await wait_for(all_bound, 30, "the group bound whole")
+    finally:
+        await delete_all_pods(api, namespace)
+        await api.delete(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/podgroups.scheduling.x-k8s.io"
+        )
