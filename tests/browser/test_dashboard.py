@@ -19,9 +19,11 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from gpupool.api.app import create_face
+from gpupool.api.embedded import serve_demo
 from gpupool.api.example import NODES, PLACED, WAITING, example_view
 from gpupool.api.serve import serving
 from gpupool.api.store_records import StoreRecords
+from gpupool.sim.demo_session import DemoSession
 from gpupool.store.engine import create_engine, open_store
 from gpupool.store.records import Allocation
 from gpupool.store.writer import StoreWriter
@@ -106,4 +108,30 @@ def test_with_a_store_the_chart_draws_the_stored_gpu_hours(
         # the stored queue, which the live example cluster does not have: read from the store
         assert "ml-store" in labels
         headings = texts(browser, "h2")
-        assert "GPU-hours per team over the last 30 days" in headings
+        assert "GPU-hours per team, cumulative" in headings
+
+
+def test_the_demos_chart_draws_its_simulated_hours(browser: WebDriver) -> None:
+    """The demo serves its records as the store would: /api/v1/cost has one bucket per
+    simulated hour (three warm hours and the one under way), and the chart draws a line per
+    team from them; with no buckets it drew an empty chart."""
+    session = DemoSession(seed=3, epoch=T0.timestamp())
+    with serve_demo(session, 0) as server:
+        browser.get(server + "/")
+        wait = WebDriverWait(browser, 30)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#gpu-hours canvas"))
+        wait.until(lambda d: texts(d, "#gpu-hours .u-legend .u-label"))
+        labels = set(texts(browser, "#gpu-hours .u-legend .u-label"))
+        cost = browser.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "fetch('/api/v1/cost').then((r) => r.json()).then(done);"
+        )
+    buckets = cost["buckets"]
+    assert len(buckets) >= 3
+    assert buckets[0]["start"] == "2026-12-01T09:00:00Z"  # the epoch: the clock's 0
+    teams = {team for bucket in buckets for team in bucket["gpu_hours"]}
+    assert teams
+    assert teams <= labels
+    for line in cost["teams"]:  # the hours add up to each team's total
+        summed = sum(bucket["gpu_hours"].get(line["team"], 0.0) for bucket in buckets)
+        assert abs(summed - line["gpu_hours"]) < 0.01 * len(buckets)

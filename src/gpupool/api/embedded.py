@@ -24,6 +24,7 @@ from gpupool.policy.units import MILLI_UNITS
 from gpupool.policy.usage import pool_usage, queue_usage
 from gpupool.sim.demo_session import DemoSession
 from gpupool.sim.embedded import ClusterEvent, EmbeddedCluster
+from gpupool.sim.hourly import HOUR
 
 
 def _pools(cluster: EmbeddedCluster) -> list[Pool]:
@@ -139,21 +140,32 @@ class DemoRecords:
     async def cost(self, namespaces: Namespaces) -> tuple[list[CostLine], list[CostBucket]]:
         """GPU-hours per team: released shares, plus what running pods have held so far.
 
-        The simulated clock has no calendar to cut into days, so there are no buckets.
+        Cut into the simulated clock's hours (:mod:`gpupool.sim.hourly`), dated from the
+        session's epoch, so the dashboard's chart has points from the first hour on.
         """
         with self.session.locked() as cluster:
-            hours = dict(cluster.gpu_hours)
             queues = cluster.policy.tables.queues
-            for record in cluster.running.values():
-                held = record.units / MILLI_UNITS * (cluster.now - record.started_at) / 3600
-                name = queues[record.queue].name
-                hours[name] = hours.get(name, 0.0) + held
-        lines = [
-            CostLine(team=team, gpu_hours=round(value, 3))
-            for team, value in sorted(hours.items())
-            if namespaces is None or team in namespaces
-        ]
-        return lines, []
+            running = [
+                (queues[r.queue].name, r.units / MILLI_UNITS, r.started_at)
+                for r in cluster.running.values()
+            ]
+            by_hour, now = cluster.hourly.with_open(running, cluster.now), cluster.now
+        totals: dict[str, float] = {}
+        buckets = []
+        for hour, teams in sorted(by_hour.items()):
+            shown = {t: v for t, v in teams.items() if namespaces is None or t in namespaces}
+            for team, value in shown.items():
+                totals[team] = totals.get(team, 0.0) + value
+            start, end = hour * HOUR, min((hour + 1) * HOUR, now)
+            buckets.append(
+                CostBucket(
+                    start=self.session.calendar(start),
+                    end=self.session.calendar(end),
+                    gpu_hours={team: round(value, 3) for team, value in sorted(shown.items())},
+                )
+            )
+        lines = [CostLine(team=t, gpu_hours=round(v, 3)) for t, v in sorted(totals.items())]
+        return lines, buckets
 
 
 @contextmanager

@@ -10,7 +10,9 @@ screen already shows a busy cluster with queues at their limits.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +35,7 @@ SHARED_POOL_GOVERNANCE = Limits(
 """The demo's idle rule, in the shared pool: under 5 % SM for 20 minutes, warned, reclaimed 5
 minutes later if still idle; inference (serving) is exempt."""
 STEP_SECONDS = 30.0
+DAY = 86400.0
 """Simulated seconds per scheduling step (the live scheduler's cycles are event-driven; the
 demo's coarser steps keep a simulated day cheap)."""
 WARM_HOURS = 3.0
@@ -77,9 +80,14 @@ class DemoSession:
     Args:
         seed: Seed of the workload and the placement's ties.
         warm_hours: Simulated hours run at once when the session starts.
+        epoch: The date of the simulated clock's 0, seconds since 1970 (default: midnight UTC
+            of the day the session starts), for the dates the dashboard's chart shows.
     """
 
-    def __init__(self, seed: int = 0, warm_hours: float = WARM_HOURS) -> None:
+    def __init__(
+        self, seed: int = 0, warm_hours: float = WARM_HOURS, epoch: float | None = None
+    ) -> None:
+        self.epoch = epoch if epoch is not None else time.time() // DAY * DAY
         config = parse_policy_text(demo_config_text(), "demo.yaml")
         self.cluster = EmbeddedCluster(
             demo_nodes(), config, seed=seed, limits={"a100-shared": SHARED_POOL_GOVERNANCE}
@@ -94,6 +102,11 @@ class DemoSession:
         """The cluster, held still while the caller reads it."""
         with self._lock:
             yield self.cluster
+
+    def calendar(self, at: float) -> str:
+        """The simulated instant ``at`` as an RFC 3339 date (UTC)."""
+        stamp = dt.datetime.fromtimestamp(self.epoch + at, tz=dt.UTC)
+        return stamp.isoformat(timespec="seconds").replace("+00:00", "Z")
 
     def advance(self, seconds: float) -> None:
         """Let ``seconds`` of simulated time pass, in scheduling steps."""

@@ -36,6 +36,7 @@ from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.wait_cause import WaitCause, WaitKind
 from gpupool.sim.cluster import SimulatedCluster
 from gpupool.sim.governing import WarnedPods
+from gpupool.sim.hourly import HourlyGpuHours
 
 RECENT_EVENTS = 200
 """Decisions kept for the dashboard's ticker."""
@@ -97,7 +98,8 @@ class EmbeddedCluster(SimulatedCluster):
         self.preemptions = 0
         self.completed = 0
         self.reclaims = 0
-        self.gpu_hours: dict[str, float] = {}
+        self.hourly = HourlyGpuHours()
+        """GPU-hours per team and simulated hour of the pods that let go of their GPUs."""
         self._usage_rng = rng
         self._submissions: dict[str, Submission] = {}
         self._usage_seen: dict[str, UsageHistory] = {}
@@ -168,8 +170,7 @@ class EmbeddedCluster(SimulatedCluster):
         self._usage_seen.pop(name, None)
         self._warned.forget(name)
         queue = self.policy.tables.queues[record.queue].name
-        held = record.units / MILLI_UNITS * (self.now - record.started_at) / 3600
-        self.gpu_hours[queue] = self.gpu_hours.get(queue, 0.0) + held
+        self.hourly.add(queue, record.units / MILLI_UNITS, record.started_at, self.now)
         self.changed = True
 
     def on_evict(self, record: Running, decision: Preempt) -> None:

@@ -1,5 +1,6 @@
-// GPU-hours per team, drawn with uPlot: from the store's daily buckets (/api/v1/cost) when the
-// control plane has a store, else from /api/v1/teams samples taken since the page opened.
+// GPU-hours per team, drawn with uPlot: from the buckets of /api/v1/cost (the store's days, the
+// demo's simulated hours) when there are records, else from /api/v1/teams samples taken since
+// the page opened.
 (function () {
   "use strict";
   const every = 2000;
