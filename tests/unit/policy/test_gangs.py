@@ -13,6 +13,7 @@ from dataclasses import replace
 from gpupool.policy.spec import PolicyConfig
 from gpupool.policy.workload import Workload
 from gpupool.scheduling.decisions import EASY, Admit, EngineOptions, GangSpec, Preempt, Wait
+from gpupool.scheduling.preemption import Rule
 from gpupool.scheduling.wait_cause import WaitKind
 
 from .builders import Cluster, node, one_pool, queue, whole, work
@@ -275,3 +276,22 @@ def test_a_gang_with_pods_running_adds_only_to_their_domain() -> None:
     cluster.evict("job-1")  # a replaced worker: its peer holds its rack
     assert _admitted(cluster.run(gang[1:], 10.0).decisions) == ["job-1"]
     assert cluster.snapshot.node_names[cluster.running["job-1"].node][0] == first
+
+
+def test_reclaim_for_a_queue_under_its_guarantee_takes_the_borrowers_whole_gang() -> None:
+    """Queue "owner" is guaranteed the node's four GPUs; "borrower" runs a gang of four on them;
+    the owner's pod of one GPU reclaims one, and that pod brings its whole gang."""
+    config = PolicyConfig(
+        (one_pool(),), (queue("owner", "p", guaranteed=4), queue("borrower", "p"))
+    )
+    cluster = Cluster([node("n0", gpus=4)], config, EASY)
+    cluster.gangs["borrower/job"] = GangSpec(4)
+    gang = [
+        replace(work(whole(f"job-{i}"), "borrower", created_at=i), gang="borrower/job")
+        for i in range(4)
+    ]
+    assert len(_admitted(cluster.run(gang).decisions)) == 4
+    (reclaim,) = cluster.run([work(whole("mine"), "owner", created_at=10)], 20.0).decisions
+    assert isinstance(reclaim, Preempt), reclaim
+    assert reclaim.rule is Rule.RECLAIM
+    assert sorted(reclaim.victims) == [w.name for w in gang]
