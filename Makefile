@@ -1,6 +1,6 @@
 # gpupool: two commands set everything up.
 #   make demo  - replay the default openb trace on the simulated cluster and show the result
-#   make test  - lint, type-check, check the import contracts and run every test
+#   make test  - lint, type-check, check the import contracts, build the docs and run every test
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TRACE_DIR ?= ../shared/data/openb
 export GPUPOOL_TRACE_DIR ?= $(TRACE_DIR)
 
-.PHONY: demo test lint unit venv bench-speed bench-matrix bench-live bench-memory \
+.PHONY: demo test lint docs unit venv bench-speed bench-matrix bench-live bench-memory \
 	bench-standby-memory dev-cluster control-plane clean test-kubelet test-e2e images
 
 $(STAMP): pyproject.toml
@@ -22,11 +22,16 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gpupool demo
 
-lint: $(STAMP)
+lint: $(STAMP) docs
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# The documentation site from docs/ (mkdocs.yml): strict, so a broken link or a page missing from
+# the navigation fails the build; written to out/site.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # The integration tests run a real etcd, kube-apiserver, kwok and kube-scheduler, built from Go
 # modules into a cache outside the repo (about 10 minutes the first time, seconds afterwards),

@@ -27,7 +27,7 @@ class DashboardView:
 
 
 def sign_in(browser: WebDriver, base: str, token: str) -> None:
-    """Paste the token at ``/login``, as the README tells a person to."""
+    """Paste the token at ``/login``, as docs/api-and-dashboard.md tells a person to."""
     browser.get(base + "/login")
     browser.find_element(By.NAME, "token").send_keys(token)
     browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()

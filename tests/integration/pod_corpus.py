@@ -1,6 +1,6 @@
 """A seeded corpus of random, API-valid pods on four fake nodes, and whether each could ever fit.
 
-The pods ask what the README says a pod may ask (CPU and memory, whole GPUs, a share of each
+The pods ask what docs/tenants.md says a pod may ask (CPU and memory, whole GPUs, a share of each
 GPU by memory and compute, a MIG slice, allowed GPU models, a node selector, a priority class, a
 workload class, a queue, a declared runtime), in combinations no hand-written test lists: some
 fit every node, some fit one, some can never fit (more CPU or memory than any node has beside
