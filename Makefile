@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TRACE_DIR ?= ../shared/data/openb
 export GPUPOOL_TRACE_DIR ?= $(TRACE_DIR)
 
-.PHONY: demo test lint docs unit venv bench-speed bench-matrix bench-live bench-memory \
+.PHONY: demo test lint docs docs-screenshot unit venv bench-report bench-speed bench-matrix bench-live bench-memory \
 	bench-standby-memory dev-cluster control-plane clean test-kubelet test-e2e images
 
 $(STAMP): pyproject.toml
@@ -27,6 +27,12 @@ lint: $(STAMP) docs
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# The demo's screenshot in the docs is the one its browser test takes
+docs-screenshot: $(STAMP)
+	GPUPOOL_CHROMEDRIVER="$$(scripts/install-browser.sh)" $(BIN)/pytest \
+		tests/browser/test_dashboard.py -k demos_chart -p no:cacheprovider
+	cp out/test-artifacts/demo-dashboard.png docs/demo-dashboard.png
 
 # The documentation site from docs/ (mkdocs.yml): strict, so a broken link or a page missing from
 # the navigation fails the build; written to out/site.
@@ -80,6 +86,10 @@ images: $(STAMP)
 
 bench-speed: $(STAMP)
 	$(BIN)/python bench/placement_speed.py --profile --json out/bench/placement_speed.json
+
+# The README's headline numbers (docs/headlines.toml), rerun on the code checked out
+bench-report: $(STAMP)
+	$(BIN)/python bench/report.py
 
 bench-matrix: $(STAMP)
 	$(BIN)/python bench/placement_matrix.py --out out/bench/matrix

@@ -114,7 +114,7 @@ def test_with_a_store_the_chart_draws_the_stored_gpu_hours(
 def test_the_demos_chart_draws_its_simulated_hours(browser: WebDriver) -> None:
     """The demo serves its records as the store would: /api/v1/cost has one bucket per
     simulated hour (three warm hours and the one under way), and the chart draws a line per
-    team from them; with no buckets it drew an empty chart."""
+    team from them; with no buckets it drew an empty chart. Its screenshot is the docs' one."""
     session = DemoSession(seed=3, epoch=T0.timestamp())
     with serve_demo(session, 0) as server:
         browser.get(server + "/")
@@ -122,6 +122,8 @@ def test_the_demos_chart_draws_its_simulated_hours(browser: WebDriver) -> None:
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#gpu-hours canvas"))
         wait.until(lambda d: texts(d, "#gpu-hours .u-legend .u-label"))
         labels = set(texts(browser, "#gpu-hours .u-legend .u-label"))
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)  # `make docs-screenshot` copies it to docs/
+        assert browser.save_screenshot(str(ARTIFACTS / "demo-dashboard.png"))
         cost = browser.execute_async_script(
             "const done = arguments[arguments.length - 1];"
             "fetch('/api/v1/cost').then((r) => r.json()).then(done);"
