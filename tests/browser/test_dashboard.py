@@ -77,6 +77,20 @@ def test_gpu_map_pending_reasons_and_screenshot(browser: WebDriver, server: str)
     assert shot.stat().st_size > 10_000
 
 
+def test_utilisation_and_pending_pods_are_plotted_over_time(
+    browser: WebDriver, server: str
+) -> None:
+    """Sampled every refresh: one line for the share of GPU units allocated, one per category
+    of what holds pending pods (the example cluster's waiting pods lack GPUs)."""
+    browser.get(server + "/")
+    wait = WebDriverWait(browser, 30)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#utilisation canvas"))
+    wait.until(lambda d: texts(d, "#pending-over-time .u-legend .u-label"))
+    assert texts(browser, "#utilisation .u-legend .u-label") == ["Time", "GPU units allocated %"]
+    categories = texts(browser, "#pending-over-time .u-legend .u-label")
+    assert "insufficient_resources" in categories, categories
+
+
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
