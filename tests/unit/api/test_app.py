@@ -82,7 +82,7 @@ def test_dashboard_page_and_fragment(client: TestClient) -> None:
     fragment = client.get("/ui/live").text
     assert fragment.count('class="gpu"') == 10
     assert "<html" not in fragment
-    for asset in ("vendor/htmx.min.js", "vendor/uPlot.iife.min.js", "dashboard.js"):
+    for asset in ("vendor/htmx.min.js", "vendor/uPlot.iife.min.js", "dashboard.js", "over_time.js"):
         assert client.get(f"/static/{asset}").status_code == 200
 
 
