@@ -339,7 +339,12 @@ async def test_an_agent_token_changes_only_its_own_node(
         stored = await api.get(f"/api/v1/nodes/{node_a}")
         assert stored["metadata"]["labels"]["gpupool.io/gpu-model"] == "H100"
         assert stored["metadata"]["annotations"]["gpupool.io/gpu-uuids"] == "GPU-a,GPU-b"
-        owned = {"gpupool.io/gpu-usage": "probe", "gpupool.io/handoff-refused": '{"share": "x"}'}
+        owned = {
+            "gpupool.io/gpu-usage": "probe",
+            "gpupool.io/handoff-refused": '{"share": "x"}',
+            "gpupool.io/gpu-nvlink-domains": "0,1",  # its GPUs' topology, which placement reads
+            "gpupool.io/gpu-numa-nodes": "0,1",
+        }
         await agent.patch(f"/api/v1/nodes/{node_a}", {"metadata": {"annotations": owned}})
         # ...but nothing else of it: a label (it could select the node into a pool), a taint,
         # the cordon, another resource's allocatable, a condition
