@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,23 @@ def trace_dir() -> Path:
         f"openb trace not found in {directory}; set GPUPOOL_TRACE_DIR"
     )
     return directory
+
+
+@pytest.fixture
+def generated_current() -> Callable[[str], None]:
+    """Asserts that ``scripts/<name> --check`` passes: what it generates is committed as is."""
+
+    def check(name: str) -> None:
+        result = subprocess.run(
+            [sys.executable, str(REPO / "scripts" / name), "--check"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+
+    return check
 
 
 @pytest.fixture
