@@ -19,12 +19,12 @@ from gpupool.api.serve import serving
 from gpupool.api.sources import DetachedView, SnapshotView
 from gpupool.api.view import PodInfo, Waiting, pools_of, queues_of, team_of
 from gpupool.core.snapshot import ClusterSnapshot
+from gpupool.governance.accounting import SECONDS_PER_HOUR
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.units import MILLI_UNITS
 from gpupool.policy.usage import pool_usage, queue_usage
 from gpupool.sim.demo_session import DemoSession
 from gpupool.sim.embedded import ClusterEvent, EmbeddedCluster
-from gpupool.sim.hourly import HOUR
 
 
 def _pools(cluster: EmbeddedCluster) -> list[Pool]:
@@ -156,7 +156,7 @@ class DemoRecords:
             shown = {t: v for t, v in teams.items() if namespaces is None or t in namespaces}
             for team, value in shown.items():
                 totals[team] = totals.get(team, 0.0) + value
-            start, end = hour * HOUR, min((hour + 1) * HOUR, now)
+            start, end = hour * SECONDS_PER_HOUR, min((hour + 1) * SECONDS_PER_HOUR, now)
             buckets.append(
                 CostBucket(
                     start=self.session.calendar(start),

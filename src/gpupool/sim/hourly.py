@@ -12,15 +12,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 
-HOUR = 3600.0
+from gpupool.governance.accounting import SECONDS_PER_HOUR
 
 
 def pieces(start: float, end: float) -> Iterator[tuple[int, float]]:
     """(hour index, seconds) of ``[start, end)`` cut at the hour marks."""
     at = start
     while at < end:
-        hour = math.floor(at / HOUR)
-        upto = min(end, (hour + 1) * HOUR)
+        hour = math.floor(at / SECONDS_PER_HOUR)
+        upto = min(end, (hour + 1) * SECONDS_PER_HOUR)
         yield hour, upto - at
         at = upto
 
@@ -50,4 +50,4 @@ def _add(
 ) -> None:
     for hour, seconds in pieces(start, end):
         teams = hours.setdefault(hour, {})
-        teams[team] = teams.get(team, 0.0) + gpus * seconds / HOUR
+        teams[team] = teams.get(team, 0.0) + gpus * seconds / SECONDS_PER_HOUR
