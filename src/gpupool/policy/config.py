@@ -21,8 +21,6 @@ queue label chooses, see :func:`gpupool.policy.membership.pod_queue`).
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -33,6 +31,8 @@ from gpupool.policy.spec import (
     DEFAULT_MAX_PODS_PER_GPU,
     DEFAULT_POOL,
     DEFAULT_RECLAIM_GRACE,
+    ConsolidationMode,
+    ConsolidationSpec,
     EvictionSpec,
     GovernanceSpec,
     PolicyConfig,
@@ -41,82 +41,14 @@ from gpupool.policy.spec import (
     QueueSpec,
     QuotaSpec,
 )
+from gpupool.policy.spec_reader import PolicyConfigError, SpecReader
 from gpupool.policy.units import MILLI_UNITS
 
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _SHARED_DEFAULTS = {
     "maxPodsPerGPU": DEFAULT_MAX_PODS_PER_GPU,
     "memoryOvercommit": 1.0,
     "computeOvercommit": 1.0,
 }
-
-
-class PolicyConfigError(ValueError):
-    """A pool or queue document that cannot be used; the message names the object and field."""
-
-
-def parse_duration(text: str) -> float:
-    """``"1h30m"`` -> 5400.0 seconds (the CRDs' duration pattern).
-
-    Raises:
-        ValueError: Not of the form ``[Nh][Nm][Ns]``.
-    """
-    match = _DURATION.match(text) if isinstance(text, str) else None
-    if match is None or not text:
-        raise ValueError(f"must be a duration like 30m, 2h, 1h30m or 45s, got {text!r}")
-    hours, minutes, seconds = (int(part or 0) for part in match.groups())
-    return float(hours * 3600 + minutes * 60 + seconds)
-
-
-class _Reader:
-    """Typed access to one document's fields with errors that name the path."""
-
-    def __init__(self, owner: str) -> None:
-        self.owner = owner
-
-    def fail(self, path: str, message: str) -> PolicyConfigError:
-        return PolicyConfigError(f"{self.owner}: {path}: {message}")
-
-    def mapping(self, value: Any, path: str) -> Mapping[str, Any]:
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            raise self.fail(path, f"must be a mapping, got {type(value).__name__}")
-        return value
-
-    def strings(self, value: Any, path: str) -> list[str]:
-        if value is None:
-            return []
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise self.fail(path, "must be a list of non-empty strings")
-        return list(value)
-
-    def integer(self, value: Any, path: str, low: int, high: int | None = None) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(path, f"must be an integer, got {value!r}")
-        if value < low or (high is not None and value > high):
-            bound = f"{low}..{high}" if high is not None else f">= {low}"
-            raise self.fail(path, f"must be {bound}, got {value}")
-        return value
-
-    def duration(self, spec: Mapping[str, Any], key: str, path: str) -> float | None:
-        value = spec.get(key)
-        if value is None:
-            return None
-        try:
-            return parse_duration(value)
-        except ValueError as error:
-            raise self.fail(f"{path}.{key}", str(error)) from None
-
-    def number(self, value: Any, path: str, low: float, high: float, *, open_low: bool) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.fail(path, f"must be a number, got {value!r}")
-        number = float(value)
-        too_low = number <= low if open_low else number < low
-        if not math.isfinite(number) or too_low or number > high:
-            bound = f"> {low:g}" if open_low else f">= {low:g}"
-            raise self.fail(path, f"must be {bound} and <= {high:g}, got {value}")
-        return number
 
 
 def _metadata_name(document: Mapping[str, Any], index: int) -> str:
@@ -129,7 +61,7 @@ def _metadata_name(document: Mapping[str, Any], index: int) -> str:
 
 
 def _pool(name: str, spec: Mapping[str, Any]) -> PoolSpec:
-    read = _Reader(f"GPUPool {name}")
+    read = SpecReader(f"GPUPool {name}")
     mode_text = spec.get("mode")
     modes = {mode.value: mode for mode in PoolMode if mode is not PoolMode.ANY}
     if mode_text not in modes:
@@ -162,6 +94,7 @@ def _pool(name: str, spec: Mapping[str, Any]) -> PoolSpec:
         allowed_queues=frozenset(read.strings(spec.get("allowedQueues"), "spec.allowedQueues")),
         governance=_governance(read, spec),
         eviction=_eviction(read, spec),
+        consolidation=_consolidation(read, spec),
     )
 
 
@@ -169,7 +102,7 @@ MAX_EVICTION_GRACE = 3600
 """The CRD's bound on ``maxEvictionGracePeriodSeconds``."""
 
 
-def _eviction(read: _Reader, spec: Mapping[str, Any]) -> EvictionSpec:
+def _eviction(read: SpecReader, spec: Mapping[str, Any]) -> EvictionSpec:
     wait = read.duration(spec, "disruptionBudgetWait", "spec")
     grace = spec.get("maxEvictionGracePeriodSeconds")
     return EvictionSpec(
@@ -182,7 +115,35 @@ def _eviction(read: _Reader, spec: Mapping[str, Any]) -> EvictionSpec:
     )
 
 
-def _governance(read: _Reader, spec: Mapping[str, Any]) -> GovernanceSpec:
+def _consolidation(read: SpecReader, spec: Mapping[str, Any]) -> ConsolidationSpec:
+    path = "spec.consolidation"
+    section = read.mapping(spec.get("consolidation"), path)
+    defaults = ConsolidationSpec()
+    modes = {mode.value: mode for mode in ConsolidationMode}
+    mode = section.get("mode", defaults.mode.value)
+    if mode not in modes:
+        raise read.fail(f"{path}.mode", f"must be one of {', '.join(modes)}, got {mode!r}")
+    by_class = read.mapping(section.get("restartCostByClass"), f"{path}.restartCostByClass")
+    costs = {name: read.duration(by_class, name, f"{path}.restartCostByClass") for name in by_class}
+    restart = read.duration(section, "restartCost", path)
+    wait = read.duration(section, "minWait", path)
+    moves = section.get("maxMovesPerHour", defaults.max_moves_per_hour)
+    per_workload = section.get(
+        "maxMovesPerWorkloadPerHour", defaults.max_moves_per_workload_per_hour
+    )
+    return ConsolidationSpec(
+        mode=modes[mode],
+        restart_cost=defaults.restart_cost if restart is None else restart,
+        class_restart_cost=tuple(sorted((k, v) for k, v in costs.items() if v is not None)),
+        max_moves_per_hour=read.integer(moves, f"{path}.maxMovesPerHour", 1, 1000),
+        max_moves_per_workload_per_hour=read.integer(
+            per_workload, f"{path}.maxMovesPerWorkloadPerHour", 1, 100
+        ),
+        min_wait=defaults.min_wait if wait is None else wait,
+    )
+
+
+def _governance(read: SpecReader, spec: Mapping[str, Any]) -> GovernanceSpec:
     path = "spec.governance"
     governance = read.mapping(spec.get("governance"), path)
     threshold_spec = read.mapping(governance.get("idleThreshold"), f"{path}.idleThreshold")
@@ -214,13 +175,13 @@ def _governance(read: _Reader, spec: Mapping[str, Any]) -> GovernanceSpec:
     )
 
 
-def _units(read: _Reader, value: Any, path: str) -> int:
+def _units(read: SpecReader, value: Any, path: str) -> int:
     number = read.number(value, path, 0.0, 1e9, open_low=False)
     return round(number * MILLI_UNITS)
 
 
 def _queue(name: str, spec: Mapping[str, Any]) -> QueueSpec:
-    read = _Reader(f"GPUQueue {name}")
+    read = SpecReader(f"GPUQueue {name}")
     namespaces = read.strings(spec.get("namespaces"), "spec.namespaces")
     if not namespaces:
         raise read.fail("spec.namespaces", "must list at least 1 namespace")
@@ -283,7 +244,7 @@ def parse_policy(documents: Sequence[Any]) -> PolicyConfig:
         if kind not in ("GPUPool", "GPUQueue"):
             raise PolicyConfigError(f"document {index}: kind: must be GPUPool or GPUQueue")
         name = _metadata_name(document, index)
-        spec = _Reader(f"{kind} {name}").mapping(document.get("spec"), "spec")
+        spec = SpecReader(f"{kind} {name}").mapping(document.get("spec"), "spec")
         target: dict[str, Any] = pools if kind == "GPUPool" else queues
         if name in target:
             raise PolicyConfigError(f"{kind} {name}: metadata.name: defined twice")

@@ -46,6 +46,11 @@ the inventory's model is exposed under it (the same name as ``kube.vocabulary.LA
 """
 
 
+DEFAULT_RESTART_COST = 600.0
+"""GPU seconds a moved pod is taken to lose when its pool names no ``restartCost``: ten minutes
+of work since its last checkpoint and of start-up (pulling the image, loading the model)."""
+
+
 class PoolMode(enum.Enum):
     """How a pool's GPUs are handed out."""
 
@@ -109,6 +114,49 @@ class EvictionSpec:
     max_grace: int = DEFAULT_MAX_EVICTION_GRACE
 
 
+class ConsolidationMode(enum.Enum):
+    """What a pool's consolidation does with a plan that pays."""
+
+    OFF = "Disabled"
+    """No plans are made (not ``Off``, which YAML reads as a boolean)."""
+    REPORT_ONLY = "ReportOnly"
+    """Plans are made, audited and shown; no pod is moved."""
+    ON = "Enabled"
+    """Plans are carried out: the moved pods are evicted, the waiting pod nominated."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsolidationSpec:
+    """A GPUPool's ``spec.consolidation``: moving running pods so that a waiting pod fits.
+
+    Off by default: a move evicts a running pod, which a platform team turns on knowingly (or
+    tries first in ``ReportOnly``). The rule is :mod:`gpupool.governance.consolidation`.
+
+    Attributes:
+        mode: ``mode``: Disabled, ReportOnly or Enabled.
+        restart_cost: ``restartCost``: seconds of GPU time a moved pod loses (its work since
+            the last checkpoint and its start-up), per GPU it holds.
+        class_restart_cost: ``restartCostByClass``: the same per ``gpupool.io/class`` (an
+            inference server restarts in a minute, a training job from its last checkpoint).
+        max_moves_per_hour: ``maxMovesPerHour``: pods the pool moves in any hour at most.
+        max_moves_per_workload_per_hour: ``maxMovesPerWorkloadPerHour``: times one workload
+            (the controller that owns the pods) is moved in any hour at most.
+        min_wait: ``minWait``: how long a pod waits before moves are planned for it (a pod
+            that waits seconds for a departure is not worth a restart).
+    """
+
+    mode: ConsolidationMode = ConsolidationMode.OFF
+    restart_cost: float = DEFAULT_RESTART_COST
+    class_restart_cost: tuple[tuple[str, float], ...] = ()
+    max_moves_per_hour: int = 8
+    max_moves_per_workload_per_hour: int = 1
+    min_wait: float = 300.0
+
+    def restart_cost_of(self, workload_class: str) -> float:
+        """Seconds a moved pod of ``workload_class`` loses per GPU."""
+        return dict(self.class_restart_cost).get(workload_class, self.restart_cost)
+
+
 @dataclass(frozen=True, slots=True)
 class PoolSpec:
     """One GPUPool.
@@ -126,6 +174,7 @@ class PoolSpec:
         allowed_queues: Queue names that may enter; empty means every queue.
         governance: Idle and share-duration reclaim.
         eviction: How evicted pods leave.
+        consolidation: Moving running pods so that a waiting pod fits.
     """
 
     name: str
@@ -138,6 +187,7 @@ class PoolSpec:
     allowed_queues: frozenset[str] = field(default_factory=frozenset)
     governance: GovernanceSpec = field(default_factory=GovernanceSpec)
     eviction: EvictionSpec = field(default_factory=EvictionSpec)
+    consolidation: ConsolidationSpec = field(default_factory=ConsolidationSpec)
 
     def admits_kind(self, kind: RequestKind) -> bool:
         """Whether the pool's mode accepts a request of this shape (CPU-only pods always)."""

@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from gpupool.core.model import PodSpec
-from gpupool.policy.config import PolicyConfigError, parse_duration, parse_policy
+from gpupool.policy.config import PolicyConfigError, parse_policy
 from gpupool.policy.membership import pod_class, pod_queue
-from gpupool.policy.spec import PoolMode
+from gpupool.policy.spec import ConsolidationMode, ConsolidationSpec, PoolMode
+from gpupool.policy.spec_reader import parse_duration
 from gpupool.policy.units import format_units, milli_units
 
 from .builders import mig, share, whole
@@ -176,6 +177,16 @@ def test_a_class_counts_only_where_the_pods_own_queue_allows_it() -> None:
         ([pool_doc(governance={"exemptClasses": "dev"})],
          "spec.governance.exemptClasses: must be a list"),
         ([pool_doc(governance=[])], "spec.governance: must be a mapping"),
+        ([pool_doc(consolidation={"mode": True})],
+         "GPUPool a: spec.consolidation.mode: must be one of Disabled, ReportOnly, Enabled"),
+        ([pool_doc(consolidation={"restartCost": "10 minutes"})],
+         "spec.consolidation.restartCost: must be a duration"),
+        ([pool_doc(consolidation={"restartCostByClass": {"training": "1 hour"}})],
+         "spec.consolidation.restartCostByClass.training: must be a duration"),
+        ([pool_doc(consolidation={"maxMovesPerHour": 0})],
+         "spec.consolidation.maxMovesPerHour: must be 1..1000, got 0"),
+        ([pool_doc(consolidation={"maxMovesPerWorkloadPerHour": "1"})],
+         "spec.consolidation.maxMovesPerWorkloadPerHour: must be an integer"),
         ([pool_doc(disruptionBudgetWait="5 minutes")],
          "GPUPool a: spec.disruptionBudgetWait: must be a duration"),
         ([pool_doc(maxEvictionGracePeriodSeconds=0)],
@@ -192,3 +203,22 @@ def test_bad_documents_name_the_field(documents: list[Any], message: str) -> Non
     with pytest.raises(PolicyConfigError) as caught:
         parse_policy(documents)
     assert message in str(caught.value)
+
+
+def test_consolidation_settings_parse_with_their_defaults() -> None:
+    config = parse_policy(
+        [
+            pool_doc("on", consolidation={
+                "mode": "Enabled", "restartCost": "2m", "restartCostByClass": {"training": "1h"},
+                "maxMovesPerHour": 3, "minWait": "1m",
+            }),
+            pool_doc("plain"),
+        ]
+    )  # fmt: skip
+    on, plain = config.pools
+    assert on.consolidation.mode is ConsolidationMode.ON
+    assert on.consolidation.restart_cost_of("training") == 3600.0
+    assert on.consolidation.restart_cost_of("inference") == 120.0
+    assert (on.consolidation.max_moves_per_hour, on.consolidation.min_wait) == (3, 60.0)
+    assert plain.consolidation == ConsolidationSpec()
+    assert plain.consolidation.mode is ConsolidationMode.OFF

@@ -42,11 +42,11 @@ from gpupool.kube.objects.vocabulary import (
 )
 from gpupool.kube.policy.requeue import Requeue
 from gpupool.policy.cluster import ClusterPolicy
-from gpupool.policy.config import parse_duration
 from gpupool.policy.membership import pod_class
 from gpupool.policy.pools import NO_POOL
 from gpupool.policy.quota import Ledger
 from gpupool.policy.spec import PolicyConfig, QueueSpec
+from gpupool.policy.spec_reader import parse_duration
 from gpupool.policy.units import milli_units
 from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.runtime import RuntimeEstimator

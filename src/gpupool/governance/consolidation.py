@@ -1,0 +1,371 @@
+"""Consolidation: the fewest moves after which a pod waiting on fragments fits, made when they pay.
+
+Arrivals and departures leave a shared pool's free room scattered: half a GPU here, a quarter
+there, while a pod asking for a whole GPU waits although the pool has several GPUs free in
+fragments. Placement at arrival cannot undo that; moving a few running pods can. A move evicts a
+running pod, which its controller creates again and the scheduler places elsewhere, so a move
+costs the moved pod its restart (a pool setting per class); the rule moves only when the waiting
+pod gains more GPU time than the moved pods lose. Pure like the other governance rules: the
+simulator (:mod:`gpupool.sim.consolidating`) and the live controller
+(:mod:`gpupool.kube.governance.consolidation`) call :func:`consolidate` with their own state and
+carry out the plans their own way (the waiting pod is nominated to the node, as a preemptor is,
+so the freed room is not taken by others; the moved pods leave by the one eviction door).
+
+For each pod the last cycle left waiting for resources, oldest first:
+
+* it must have waited at least its pool's ``minWait``, ask for whole GPUs or a share, and its
+  pool's nodes must have, free in all, at least what it asks: the room exists, in fragments;
+* the node needing the fewest moves wins (:func:`~.consolidation_search.fewest_moves`), then the
+  least restart loss, among the nodes that could hold it once their movable pods left;
+* every moved pod must fit again on another node of its pool, not one nominated or reserved for
+  others (:func:`~.consolidation_search.landings`);
+* it **pays** when the waiting pod's GPUs times how much sooner it starts (its expected start
+  without moves is when it would first fit as running pods end at their expected ends: the model
+  the backfill reservations use, :func:`~gpupool.scheduling.backfill.reserve`) exceeds the moved
+  pods' GPUs times their class's restart cost;
+* the pool moves at most ``maxMovesPerHour`` pods in any hour, and a workload (the controller
+  owning the pods) is moved at most ``maxMovesPerWorkloadPerHour`` times.
+
+Only pods a controller creates again are movable (the drivers say which and under what workload
+key), never a pod of a gang (a gang is moved whole or not at all, and a gang member's eviction
+would stop the gang), a pod holding a DRA claim (its devices are the claim's), a MIG slice, a pod
+younger than its queue's ``minRuntimeBeforePreemption``, or one a PodDisruptionBudget protects
+(consolidation is an optimisation: it breaks no budget). Plans of one pass are applied on a
+working copy as they are made, so two never count on the same room or move the same pod.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpupool.core.filtering import admissible
+from gpupool.core.model import RequestKind
+from gpupool.core.snapshot import BoolArray, ClusterSnapshot
+from gpupool.governance.consolidation_search import demand_milli, fewest_moves, landings
+from gpupool.policy.spec import ConsolidationMode, ConsolidationSpec
+from gpupool.policy.units import MILLI_UNITS
+from gpupool.policy.workload import Running, Workload
+from gpupool.scheduling.backfill import reserve
+from gpupool.scheduling.disruption import NO_BUDGETS, DisruptionBudgets
+
+HOUR = 3600.0
+MAX_NODES_TRIED = 16
+"""Nodes searched per waiting pod at most, those with the most room free or movable first."""
+MOVABLE_KINDS = (RequestKind.WHOLE, RequestKind.SHARE)
+MODEL_HORIZON = 24 * HOUR
+"""The expected start of a pod the model sees no end for (pods no estimate covers hold its
+room): a day, so such a plan's gain is large but finite."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stuck:
+    """A pod the last cycle left waiting for resources.
+
+    Attributes:
+        workload: The pod.
+        pool: The pool it waits in.
+        nodes: The nodes the cycle's rules let it use (its pool, less nodes nominated to others).
+        since: When it started waiting (its creation, or its requeue place).
+    """
+
+    workload: Workload
+    pool: int
+    nodes: BoolArray
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One pod moved: from where, to where the what-if found it room, and what it loses."""
+
+    pod: str
+    workload_key: str
+    source: int
+    target: int
+    gpus: float
+    loss_gpu_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Moves after which a waiting pod fits on ``node``, with the model's gain and loss.
+
+    Attributes:
+        pod: The waiting pod.
+        pool: Its pool.
+        node: Node row it is nominated to.
+        moves: The pods to move.
+        waited: Seconds it had waited.
+        expected_start: When it would start without moves (seconds, the cycle's clock).
+        gain_gpu_seconds: Its GPUs times how much sooner it starts.
+        loss_gpu_seconds: The moved pods' GPUs times their restart cost.
+        mode: The pool's mode: a ReportOnly plan is shown, not carried out.
+    """
+
+    pod: str
+    pool: int
+    node: int
+    moves: tuple[Move, ...]
+    waited: float
+    expected_start: float
+    gain_gpu_seconds: float
+    loss_gpu_seconds: float
+    mode: ConsolidationMode = ConsolidationMode.ON
+
+    @property
+    def pays(self) -> bool:
+        """Whether the waiting pod gains more GPU time than the moves lose."""
+        return self.gain_gpu_seconds > self.loss_gpu_seconds
+
+    def values(self, node_names: Sequence[str]) -> dict[str, float | int | str]:
+        """The what-if as the audit and Events record it."""
+        return {
+            "node": node_names[self.node],
+            "moves": len(self.moves),
+            "moved": ", ".join(
+                f"{m.pod} {node_names[m.source]}->{node_names[m.target]}" for m in self.moves
+            ),
+            "waited_s": round(self.waited),
+            "gain_gpu_hours": round(self.gain_gpu_seconds / HOUR, 3),
+            "loss_gpu_hours": round(self.loss_gpu_seconds / HOUR, 3),
+            "mode": self.mode.value,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Declined:
+    """A waiting pod for which no plan is made, and why (``plan``: one that did not pay)."""
+
+    pod: str
+    pool: int
+    why: str
+    plan: Plan | None = None
+
+
+Outcome = Plan | Declined
+
+
+@dataclass
+class MoveHistory:
+    """The moves made in the last hour, by pool and by workload (the caps count them)."""
+
+    _moves: deque[tuple[float, int, str]] = field(default_factory=deque)
+
+    def _trim(self, now: float) -> None:
+        while self._moves and self._moves[0][0] <= now - HOUR:
+            self._moves.popleft()
+
+    def in_pool(self, pool: int, now: float) -> int:
+        """Pods the pool moved in the last hour."""
+        self._trim(now)
+        return sum(1 for _, p, _ in self._moves if p == pool)
+
+    def of_workload(self, key: str, now: float) -> int:
+        """Times the workload was moved in the last hour."""
+        self._trim(now)
+        return sum(1 for _, _, k in self._moves if k == key)
+
+    def record(self, plan: Plan, now: float) -> None:
+        """A plan was carried out now."""
+        self._moves.extend((now, plan.pool, move.workload_key) for move in plan.moves)
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What a driver hands the rule.
+
+    Attributes:
+        snapshot: The cluster (not changed: the rule works on a copy).
+        stuck: The pods the last cycle left waiting for resources.
+        running: The running pods by name.
+        owners: Running pod name to its workload key, for pods a controller creates again.
+        pool_nodes: Per pool index, the pool's nodes.
+        settings: Per pool index, its consolidation settings.
+        expected_ends: (expected end, snapshot name) of running pods, as reservations see them.
+        now: Seconds.
+        kept_off: Nodes moved pods may not count on (nominated or reserved); ``None``: none.
+        min_runtime: Per queue index, its ``minRuntimeBeforePreemption``.
+        disruption: The PodDisruptionBudgets that cover running pods.
+    """
+
+    snapshot: ClusterSnapshot
+    stuck: Sequence[Stuck]
+    running: Mapping[str, Running]
+    owners: Mapping[str, str]
+    pool_nodes: Sequence[BoolArray]
+    settings: Sequence[ConsolidationSpec]
+    expected_ends: Sequence[tuple[float, str]]
+    now: float
+    kept_off: BoolArray | None = None
+    min_runtime: Sequence[float] = ()
+    disruption: DisruptionBudgets = NO_BUDGETS
+
+
+def consolidate(inputs: Inputs, history: MoveHistory) -> list[Outcome]:
+    """A plan, or why none, for each waiting pod whose pool consolidates (module docstring)."""
+    if all(s.mode is ConsolidationMode.OFF for s in inputs.settings):
+        return []
+    work = inputs.snapshot.copy()
+    kept_off = (
+        np.zeros(work.size, dtype=np.bool_) if inputs.kept_off is None else inputs.kept_off.copy()
+    )
+    pass_ = _Pass(inputs, work, kept_off, _movable(inputs, history), history)
+    outcomes: list[Outcome] = []
+    for stuck in sorted(inputs.stuck, key=lambda s: (s.since, s.workload.name)):
+        settings = inputs.settings[stuck.pool]
+        if settings.mode is not ConsolidationMode.OFF and _on_fragments(
+            work, stuck, settings, inputs.now
+        ):
+            outcomes.append(pass_.plan(stuck))
+    return outcomes
+
+
+def _on_fragments(
+    work: ClusterSnapshot, stuck: Stuck, settings: ConsolidationSpec, now: float
+) -> bool:
+    """Whether the pod has waited long enough for room its pool has, free, only in fragments."""
+    pod = stuck.workload.pod
+    if (
+        pod.kind not in MOVABLE_KINDS
+        or stuck.workload.gang
+        or now - stuck.since < settings.min_wait
+    ):
+        return False
+    usable = stuck.nodes & admissible(work, pod)
+    free = int(np.where(work.gpu_usable, work.gpu_free, 0)[usable].sum())
+    return free >= demand_milli(pod)
+
+
+def _movable(inputs: Inputs, history: MoveHistory) -> dict[str, Running]:
+    """The running pods a move may take (module docstring), by name."""
+    now = inputs.now
+    found = {}
+    for name, key in inputs.owners.items():
+        running = inputs.running.get(name)
+        if running is None or running.workload.gang or running.companions:
+            continue
+        if running.workload.pod.kind not in MOVABLE_KINDS:
+            continue
+        if inputs.min_runtime and now - running.started_at < inputs.min_runtime[running.queue]:
+            continue
+        limit = inputs.settings[running.pool].max_moves_per_workload_per_hour
+        if inputs.disruption.violating([name]) or history.of_workload(key, now) >= limit:
+            continue
+        found[name] = running
+    return found
+
+
+class _Pass:
+    """One call's working copy, the pods still movable, and the moves planned so far per pool."""
+
+    def __init__(
+        self,
+        inputs: Inputs,
+        work: ClusterSnapshot,
+        kept_off: BoolArray,
+        movable: dict[str, Running],
+        history: MoveHistory,
+    ) -> None:
+        self.inputs = inputs
+        self.work = work
+        self.kept_off = kept_off
+        self.movable = movable
+        self.history = history
+        self.planned: dict[int, int] = {}
+
+    def plan(self, stuck: Stuck) -> Outcome:
+        """The cheapest plan that lands every moved pod, or why there is none."""
+        name, pool = stuck.workload.name, stuck.pool
+        candidates = self._candidates(stuck)
+        if not candidates:
+            return Declined(name, pool, "moving the pool's movable pods makes room on no node")
+        for _, _, node, moves in candidates:
+            if self.inputs.disruption.violating(r.workload.name for r in moves):
+                continue
+            landed = landings(
+                self.work, (stuck.workload.pod, node), moves, self.inputs.pool_nodes, self.kept_off
+            )
+            if landed is not None:
+                return self._decide(stuck, node, moves, landed)
+        return Declined(name, pool, "the pods to move would fit nowhere else in their pool")
+
+    def _candidates(self, stuck: Stuck) -> list[tuple[int, float, int, tuple[Running, ...]]]:
+        """(moves, loss, node, moves) of the nodes where moves make room, fewest moves first."""
+        work, pod = self.work, stuck.workload.pod
+        settings = self.inputs.settings[stuck.pool]
+        by_node: dict[int, list[Running]] = {}
+        for running in self.movable.values():
+            by_node.setdefault(running.node, []).append(running)
+        usable = stuck.nodes & admissible(work, pod) & ~self.kept_off
+        room = {
+            node: int(work.gpu_free_total[node]) + sum(r.units for r in pods)
+            for node, pods in by_node.items()
+            if usable[node]
+        }
+        ranked = sorted(
+            (n for n, free in room.items() if free >= demand_milli(pod)),
+            key=lambda n: (-room[n], n),
+        )
+
+        def cost(running: Running) -> float:
+            return _loss(running, settings)
+
+        found = []
+        for node in ranked[:MAX_NODES_TRIED]:
+            moves = fewest_moves(work, pod, node, by_node[node], cost)
+            if moves:
+                found.append((len(moves), sum(cost(r) for r in moves), node, moves))
+        return sorted(found, key=lambda c: c[:3])
+
+    def _decide(
+        self, stuck: Stuck, node: int, moves: tuple[Running, ...], landed: Mapping[str, int]
+    ) -> Outcome:
+        """The plan, kept (applied to the working copy) when it pays within the pool's cap."""
+        inputs, pod, pool = self.inputs, stuck.workload.pod, stuck.pool
+        settings, now = inputs.settings[pool], inputs.now
+        found = reserve(self.work, pod, stuck.nodes, inputs.expected_ends, now)
+        expected = found.start_at if found is not None else now + MODEL_HORIZON
+        plan = Plan(
+            pod=pod.name,
+            pool=pool,
+            node=node,
+            moves=tuple(
+                Move(
+                    pod=r.workload.name,
+                    workload_key=inputs.owners[r.workload.name],
+                    source=r.node,
+                    target=landed[r.workload.name],
+                    gpus=r.units / MILLI_UNITS,
+                    loss_gpu_seconds=_loss(r, settings),
+                )
+                for r in moves
+            ),
+            waited=now - stuck.since,
+            expected_start=expected,
+            gain_gpu_seconds=demand_milli(pod) / MILLI_UNITS * max(0.0, expected - now),
+            loss_gpu_seconds=sum(_loss(r, settings) for r in moves),
+            mode=settings.mode,
+        )
+        if not plan.pays:
+            return Declined(
+                pod.name, pool, "the moves would cost more GPU time than it gains", plan
+            )
+        made = self.planned.get(pool, 0) + self.history.in_pool(pool, now)
+        if made + len(moves) > settings.max_moves_per_hour:
+            why = f"the pool's limit of {settings.max_moves_per_hour} moves per hour is reached"
+            return Declined(pod.name, pool, why, plan)
+        landings(self.work, (pod, node), moves, inputs.pool_nodes, self.kept_off, keep=True)
+        self.kept_off[node] = True
+        self.planned[pool] = self.planned.get(pool, 0) + len(moves)
+        for running in moves:
+            del self.movable[running.workload.name]
+        return plan
+
+
+def _loss(running: Running, settings: ConsolidationSpec) -> float:
+    """GPU seconds a move costs the pod: its GPUs times its class's restart cost."""
+    return running.units / MILLI_UNITS * settings.restart_cost_of(running.workload.workload_class)
