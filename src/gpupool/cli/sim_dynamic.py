@@ -193,7 +193,7 @@ def _inputs(
     nodes: Path, pods: Path, config: Path | None
 ) -> tuple[tuple[NodeSpec, ...], tuple[PodSpec, ...], PolicyConfig]:
     """The trace's nodes and pod shapes and the pools and queues; a bad file is named."""
-    from gpupool.policy.config import PolicyConfigError
+    from gpupool.policy.spec_reader import PolicyConfigError
     from gpupool.sim.policy_file import load_policy
     from gpupool.sim.trace import TraceFormatError, read_nodes, read_pods
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from gpupool.policy.config import PolicyConfigError, parse_policy
+from gpupool.policy.config import parse_policy
 from gpupool.policy.spec import PolicyConfig
+from gpupool.policy.spec_reader import PolicyConfigError
 
 BUNDLED = "teams.yaml"
 

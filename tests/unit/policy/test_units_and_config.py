@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from gpupool.core.model import PodSpec
-from gpupool.policy.config import PolicyConfigError, parse_policy
+from gpupool.policy.config import parse_policy
 from gpupool.policy.membership import pod_class, pod_queue
 from gpupool.policy.spec import ConsolidationMode, ConsolidationSpec, PoolMode
-from gpupool.policy.spec_reader import parse_duration
+from gpupool.policy.spec_reader import PolicyConfigError, parse_duration
 from gpupool.policy.units import format_units, milli_units
 
 from .builders import mig, share, whole
