@@ -19,7 +19,7 @@ from gpupool.scheduling.decisions import engine_options
 
 if TYPE_CHECKING:
     from gpupool.core.model import NodeSpec, PodSpec
-    from gpupool.policy.spec import PolicyConfig
+    from gpupool.policy.spec import ConsolidationSpec, PolicyConfig
 
 sim_app = typer.Typer(help="Simulations of the cluster under a workload.", no_args_is_help=True)
 
@@ -106,6 +106,26 @@ Governance = Annotated[
     bool,
     typer.Option(help="Apply the governance rules (with --idle-share/--overrun-share)."),
 ]
+IdleShare = Annotated[
+    float, typer.Option(help="Share of pods that linger idle after their work (0..1).")
+]
+OverrunShare = Annotated[
+    float, typer.Option(help="Share of pods that hold their GPUs past maxShareDuration.")
+]
+Consolidation = Annotated[
+    str | None,
+    typer.Option(
+        help="disabled, report-only or enabled: every pool's consolidation (moving running "
+        "pods so that a pod waiting on fragments fits; default: each pool's own setting)."
+    ),
+]
+RestartCost = Annotated[
+    float,
+    typer.Option(help="With --consolidation: GPU seconds a moved pod loses per GPU it holds."),
+]
+MovesPerHour = Annotated[
+    int, typer.Option(help="With --consolidation: pods a pool moves in any hour at most.")
+]
 
 
 @sim_app.command("dynamic")
@@ -134,18 +154,17 @@ def sim_dynamic(
     scale: Annotated[float, typer.Option(help="Fraction of the nodes simulated.")] = 0.25,
     policy: Annotated[str, typer.Option(help="Placement policy.")] = "default",
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of the delays here.")] = None,
-    idle_share: Annotated[
-        float, typer.Option(help="Share of pods that linger idle after their work (0..1).")
-    ] = 0.0,
-    overrun_share: Annotated[
-        float, typer.Option(help="Share of pods that hold their GPUs past maxShareDuration.")
-    ] = 0.0,
+    idle_share: IdleShare = 0.0,
+    overrun_share: OverrunShare = 0.0,
     governance: Governance = True,
     team_node_selector: TeamNodeSelector = None,
     claims: Claims = 0.0,
     anti_affinity: AntiAffinity = 0.0,
     spread: Spread = 0.0,
     gangs: Gangs = 0.0,
+    consolidation: Consolidation = None,
+    restart_cost: RestartCost = 600.0,
+    moves_per_hour: MovesPerHour = 8,
 ) -> None:
     """Poisson arrivals at --load, trace shapes, lognormal durations, pools and team queues."""
     from gpupool.sim.dynamic import DynamicSettings, run_dynamic
@@ -163,10 +182,9 @@ def sim_dynamic(
             backfill,
             preemption=not no_preemption,
             gang_reservations=not no_gang_reservations,
-            reservations_per_pool=reservations,
-            reservations_follow_pods=follow_reservations,
-            reserve_above_units=reserve_above_units,
-            remaining_by_age=remaining_by_age,
+            **_reservation_changes(
+                reservations, follow_reservations, reserve_above_units, remaining_by_age
+            ),
             backfill_quantile=backfill_quantile,
         )
         settings = DynamicSettings(
@@ -182,11 +200,48 @@ def sim_dynamic(
             claims=claims,
             pod_rules=PodRuleShares(anti_affinity, spread),
             gangs=gangs,
+            consolidation=_consolidation(consolidation, restart_cost, moves_per_hour),
         )
     except ValueError as error:
         raise fail(_option_error(error)) from None
     report = run_dynamic(*_inputs(nodes, pods, config), settings)
     _write(report, json_out, plot)
+
+
+def _reservation_changes(
+    per_pool: int | None, follow: bool | None, above: int | None, by_age: bool | None
+) -> dict[str, Any]:
+    """The reservation options as changes to the backfill mode's engine options."""
+    return {
+        "reservations_per_pool": per_pool,
+        "reservations_follow_pods": follow,
+        "reserve_above_units": above,
+        "remaining_by_age": by_age,
+    }
+
+
+CONSOLIDATION_MODES = {"disabled": "OFF", "report-only": "REPORT_ONLY", "enabled": "ON"}
+
+
+def _consolidation(
+    mode: str | None, restart_cost: float, moves_per_hour: int
+) -> ConsolidationSpec | None:
+    """Every pool's consolidation settings from the options (``None``: the pools' own)."""
+    from gpupool.policy.spec import ConsolidationMode, ConsolidationSpec
+
+    if mode is None:
+        return None
+    if mode not in CONSOLIDATION_MODES:
+        raise ValueError(f"consolidation: choose one of {', '.join(CONSOLIDATION_MODES)}")
+    if not restart_cost >= 0:
+        raise ValueError(f"restart_cost: must be >= 0, got {restart_cost}")
+    if moves_per_hour < 1:
+        raise ValueError(f"moves_per_hour: must be >= 1, got {moves_per_hour}")
+    return ConsolidationSpec(
+        mode=ConsolidationMode[CONSOLIDATION_MODES[mode]],
+        restart_cost=restart_cost,
+        max_moves_per_hour=moves_per_hour,
+    )
 
 
 def _inputs(
@@ -225,6 +280,8 @@ _OPTIONS = {
     "anti_affinity": "--anti-affinity",
     "anti_affinity + spread": "--anti-affinity + --spread",
     "team_node_selector": "--team-node-selector",
+    "restart_cost": "--restart-cost",
+    "moves_per_hour": "--moves-per-hour",
 }
 """Settings whose option has another name."""
 

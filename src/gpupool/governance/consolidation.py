@@ -55,6 +55,9 @@ from gpupool.scheduling.disruption import NO_BUDGETS, DisruptionBudgets
 HOUR = 3600.0
 MAX_NODES_TRIED = 16
 """Nodes searched per waiting pod at most, those with the most room free or movable first."""
+MAX_TRIED_PER_POOL = 4
+"""Waiting pods a pass searches moves for per pool at most, oldest first (the search is the
+expensive part; the next pass tries again)."""
 MOVABLE_KINDS = (RequestKind.WHOLE, RequestKind.SHARE)
 MODEL_HORIZON = 24 * HOUR
 """The expected start of a pod the model sees no end for (pods no estimate covers hold its
@@ -215,11 +218,13 @@ def consolidate(inputs: Inputs, history: MoveHistory) -> list[Outcome]:
     )
     pass_ = _Pass(inputs, work, kept_off, _movable(inputs, history), history)
     outcomes: list[Outcome] = []
+    tried: dict[int, int] = {}
     for stuck in sorted(inputs.stuck, key=lambda s: (s.since, s.workload.name)):
         settings = inputs.settings[stuck.pool]
-        if settings.mode is not ConsolidationMode.OFF and _on_fragments(
-            work, stuck, settings, inputs.now
-        ):
+        if settings.mode is ConsolidationMode.OFF or tried.get(stuck.pool, 0) >= MAX_TRIED_PER_POOL:
+            continue
+        if _on_fragments(work, stuck, settings, inputs.now):
+            tried[stuck.pool] = tried.get(stuck.pool, 0) + 1
             outcomes.append(pass_.plan(stuck))
     return outcomes
 
@@ -280,6 +285,9 @@ class _Pass:
     def plan(self, stuck: Stuck) -> Outcome:
         """The cheapest plan that lands every moved pod, or why there is none."""
         name, pool = stuck.workload.name, stuck.pool
+        limit = self.inputs.settings[pool].max_moves_per_hour
+        if self.planned.get(pool, 0) + self.history.in_pool(pool, self.inputs.now) >= limit:
+            return Declined(name, pool, _limit_reached(limit))
         candidates = self._candidates(stuck)
         if not candidates:
             return Declined(name, pool, "moving the pool's movable pods makes room on no node")
@@ -356,8 +364,7 @@ class _Pass:
             )
         made = self.planned.get(pool, 0) + self.history.in_pool(pool, now)
         if made + len(moves) > settings.max_moves_per_hour:
-            why = f"the pool's limit of {settings.max_moves_per_hour} moves per hour is reached"
-            return Declined(pod.name, pool, why, plan)
+            return Declined(pod.name, pool, _limit_reached(settings.max_moves_per_hour), plan)
         landings(self.work, (pod, node), moves, inputs.pool_nodes, self.kept_off, keep=True)
         self.kept_off[node] = True
         self.planned[pool] = self.planned.get(pool, 0) + len(moves)
@@ -369,3 +376,7 @@ class _Pass:
 def _loss(running: Running, settings: ConsolidationSpec) -> float:
     """GPU seconds a move costs the pod: its GPUs times its class's restart cost."""
     return running.units / MILLI_UNITS * settings.restart_cost_of(running.workload.workload_class)
+
+
+def _limit_reached(limit: int) -> str:
+    return f"the pool's limit of {limit} moves per hour is reached"

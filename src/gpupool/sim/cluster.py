@@ -35,7 +35,15 @@ from gpupool.policy.spec import PolicyConfig
 from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.claim_placement import GpuEligibility
 from gpupool.scheduling.cycle_request import Carried, cycle_request
-from gpupool.scheduling.decisions import Admit, CycleResult, EngineOptions, GangSpec, Preempt, Wait
+from gpupool.scheduling.decisions import (
+    Admit,
+    CycleRequest,
+    CycleResult,
+    EngineOptions,
+    GangSpec,
+    Preempt,
+    Wait,
+)
 from gpupool.scheduling.engine import PolicyEngine
 from gpupool.scheduling.runtime import RuntimeEstimator
 
@@ -81,6 +89,7 @@ class SimulatedCluster:
         self._ends: list[tuple[float, int, str, int]] = []
         self._ends_pushed = 0
         self._runs: dict[str, int] = {}
+        self._end_at: dict[str, float] = {}
         self.claim_pods: set[str] = set()
         """The pods that ask by a claim, until they are gone for good."""
         self.gangs: dict[str, GangSpec] = {}
@@ -138,6 +147,26 @@ class SimulatedCluster:
         self.claim_pods.discard(name)
         self.changed = True
 
+    def move(self, name: str, restart: float) -> Running:
+        """Evict a running pod to be placed again: it runs what it had left plus ``restart``.
+
+        Unlike a preempted pod, whose work is lost, a moved pod resumes from its last
+        checkpoint: the restart cost its pool sets is the work and start-up it loses.
+        """
+        left = self._end_at[name] - self.now
+        record = self._release(name)
+        self.pending[name] = record.workload
+        self._durations[name] = left + restart
+        self.changed = True
+        self.on_move(record)
+        return record
+
+    def nominate(self, name: str, node: int) -> None:
+        """Keep ``node`` for the pending pod ``name`` (as a preemption's nomination does)."""
+        nominations = {**self.carried.nominations, name: node}
+        self.carried = Carried(nominations, self.carried.reservations)
+        self.changed = True
+
     def run_cycles(self) -> bool:
         """If something changed and pods wait, run cycles and carry out their decisions.
 
@@ -163,7 +192,7 @@ class SimulatedCluster:
             self.carried = Carried.after(result)
             preempted = self._apply(result)
             self.on_cycle(result)
-            if not preempted:
+            if not (preempted or self.consolidated(request, result)):
                 break
         return True
 
@@ -191,6 +220,7 @@ class SimulatedCluster:
         run = self._runs.get(name, 0) + 1
         self._runs[name] = run
         end = (self.now + self._durations[name], self._ends_pushed, name, run)
+        self._end_at[name] = end[0]
         heapq.heappush(self._ends, end)
         self._ends_pushed += 1
         self.on_start(decision, record)
@@ -204,6 +234,7 @@ class SimulatedCluster:
     def _release(self, name: str) -> Running:
         """Free what a running pod holds and uncharge its queue; its scheduled end goes stale."""
         record = self.running.pop(name)
+        self._end_at.pop(name, None)
         self.snapshot.release(name)
         self.ledger.remove(record)
         self._runs[name] += 1
@@ -221,6 +252,9 @@ class SimulatedCluster:
     def on_evict(self, record: Running, decision: Preempt) -> None:
         """A running pod was preempted for ``decision.workload`` and is pending again."""
 
+    def on_move(self, record: Running) -> None:
+        """A running pod was moved by consolidation and is pending again."""
+
     def on_finish(self, record: Running) -> None:
         """A running pod reached its end."""
 
@@ -229,3 +263,7 @@ class SimulatedCluster:
 
     def on_cycle(self, result: CycleResult) -> None:
         """A cycle's decisions were carried out."""
+
+    def consolidated(self, request: CycleRequest, result: CycleResult) -> bool:
+        """After a cycle that preempted nothing: whether pods were moved (then it runs again)."""
+        return False

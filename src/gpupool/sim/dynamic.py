@@ -37,12 +37,20 @@ from gpupool.core.constraints import NodeConstraints
 from gpupool.core.framework import Scheduler
 from gpupool.core.model import NodeSpec, PodSpec, RequestKind
 from gpupool.policy.membership import node_labels
-from gpupool.policy.spec import PolicyConfig
+from gpupool.policy.spec import ConsolidationSpec, PolicyConfig
 from gpupool.policy.units import MILLI_UNITS
 from gpupool.policy.workload import Running
-from gpupool.scheduling.decisions import Admit, CycleResult, EngineOptions, GangSpec, Preempt
+from gpupool.scheduling.decisions import (
+    Admit,
+    CycleRequest,
+    CycleResult,
+    EngineOptions,
+    GangSpec,
+    Preempt,
+)
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.sim.cluster import CLAIM_KINDS, SimulatedCluster
+from gpupool.sim.consolidating import Consolidating
 from gpupool.sim.dynamic_metrics import DynamicMetrics
 from gpupool.sim.gang_arrivals import GangTally, as_gang
 from gpupool.sim.governance_model import GovernanceModel, GovernanceSim
@@ -77,6 +85,8 @@ class DynamicSettings:
             (:mod:`gpupool.sim.pod_rules`).
         gangs: Fraction of the multi-GPU pods that arrive as a gang of one-GPU pods
             (:mod:`gpupool.sim.gang_arrivals`).
+        consolidation: Every pool's consolidation settings (``None``: each pool's own;
+            :mod:`gpupool.sim.consolidating`).
     """
 
     rho: float
@@ -91,6 +101,7 @@ class DynamicSettings:
     claims: float = 0.0
     pod_rules: PodRuleShares = field(default_factory=PodRuleShares)
     gangs: float = 0.0
+    consolidation: ConsolidationSpec | None = None
 
     def __post_init__(self) -> None:
         checks = (
@@ -164,6 +175,7 @@ class _DynamicRun(SimulatedCluster):
         self.claims_asked = 0
         self.ruled = {"anti_affinity": 0, "spread": 0}
         self.gang_tally = GangTally((start, self.end))
+        self.consolidating = Consolidating(self, (start, self.end), settings.consolidation)
         self.governance = None
         if settings.governance is not None:  # its own stream: the other draws stay as they were
             own_stream = np.random.SeedSequence(settings.seed).spawn(4)[3]
@@ -248,6 +260,14 @@ class _DynamicRun(SimulatedCluster):
         """Track the largest quota overrun."""
         self.metrics.cycle_done(self.ledger)
 
+    def consolidated(self, request: CycleRequest, result: CycleResult) -> bool:
+        """Consolidation after the cycle (:mod:`~gpupool.sim.consolidating`)."""
+        return self.consolidating.after(request, result)
+
+    def on_move(self, record: Running) -> None:
+        """A moved pod is pending again."""
+        self.metrics.pod_moved(record)
+
     def report(self, wall_seconds: float) -> dict[str, Any]:
         """The run's settings, cluster and metrics (see docs/benchmarks.md)."""
         settings = self.settings
@@ -279,6 +299,7 @@ class _DynamicRun(SimulatedCluster):
             "spread_pods": self.ruled["spread"],
             "gang_share": settings.gangs,
             **self.gang_tally.report(),
+            "consolidation": self.consolidating.report(),
         }
         if self.governance is not None:
             allocated = self.metrics.allocated_gpu_hours()

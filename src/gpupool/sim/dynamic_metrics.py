@@ -132,6 +132,10 @@ class DynamicMetrics:
             self.preemptions[decision.rule.value] += 1
             self.gpu_seconds_lost += record.units / MILLI_UNITS * (now - record.started_at)
 
+    def pod_moved(self, record: Running) -> None:
+        """A pod was moved by consolidation: pending again (its moves are counted there)."""
+        self.waiting[record.queue] += 1
+
     def cycle_done(self, ledger: Ledger) -> None:
         """Track the largest quota overrun (a bug if ever above 0)."""
         self.overrun = max(self.overrun, ledger.overrun(self.policy.tables))
