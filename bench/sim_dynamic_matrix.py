@@ -23,6 +23,7 @@ from typing import Any
 
 from benchlib.sim_options import Sweep, add_sweep_options
 
+from gpupool.policy.spec import ConsolidationMode, ConsolidationSpec
 from gpupool.scheduling.decisions import EASY, EngineOptions
 from gpupool.sim.dynamic import DynamicSettings, run_dynamic
 from gpupool.sim.machine import machine_description
@@ -36,6 +37,7 @@ VARIANTS: dict[str, EngineOptions] = {
     "no_backfill": replace(EngineOptions(), backfill=False),
     "no_preemption": replace(EngineOptions(), preemption=False),
     "no_gang_reservations": replace(EngineOptions(), gang_reservations=False),
+    "consolidation": EngineOptions(),
     "easy": EASY,
     "follow": replace(EASY, reservations_follow_pods=True),
     "protect_large": replace(
@@ -56,6 +58,11 @@ spelled out (16 followed reservations for pods above one GPU, ends expected by a
 backfilled onto a reserved node only if its p90 runtime ends before the reserved start), so
 the commands of docs/benchmarks.md section 7 measure the same thing whatever the defaults."""
 
+CONSOLIDATING = {"consolidation"}
+"""Variants whose every pool consolidates (``Enabled``, the CRD's defaults otherwise:
+:mod:`gpupool.sim.consolidating`); the engine's defaults otherwise, so ``all_on`` is their
+baseline."""
+
 OVERRIDES = {
     "reservations": "reservations_per_pool",
     "follow": "reservations_follow_pods",
@@ -70,6 +77,8 @@ def _run(job: tuple[Path, Path, str, dict[str, Any]]) -> dict[str, Any]:
     nodes_path, pods_path, variant, settings = job
     options = EngineOptions(**settings.pop("engine"))
     settings["pod_rules"] = PodRuleShares(**settings["pod_rules"])
+    if variant in CONSOLIDATING:
+        settings["consolidation"] = ConsolidationSpec(mode=ConsolidationMode.ON)
     report = run_dynamic(
         read_nodes(nodes_path),
         read_pods(pods_path),
@@ -109,6 +118,17 @@ def _cell(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "gang_wait_p50_s",
             "gang_wait_p95_s",
             "partial_gang_gpu_hours",
+        )
+    }
+    cell["consolidation"] = {
+        key: _stats([run["consolidation"][key] for run in runs])
+        for key in (
+            "plans",
+            "moves",
+            "moves_per_hour",
+            "gpu_hours_lost_to_moves",
+            "gpu_hours_gained_by_model",
+            "least_plan_margin_gpu_hours",
         )
     }
     sizes = sorted({size for run in runs for size in run["queue_delay_s_by_size"]})
@@ -282,8 +302,8 @@ def table(cells: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| load | mechanisms | GPU util % | small p95 delay s | large p95 delay s | "
         "urgent p95 delay s | guarantee shortfall GPU-h | Jain | preemptions | GPU-h lost | "
-        "quota overrun |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "quota overrun | medium p95 delay s | moves per hour | GPU-h lost to moves |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, cell in cells.items():
         rho, variant = key.split("/")
@@ -292,12 +312,15 @@ def table(cells: dict[str, dict[str, Any]]) -> str:
         large = _fmt(sizes["large"]["p95"], 0) if "large" in sizes else "n/a"
         urgent = cell["queue_delay_s_by_priority"].get("urgent")
         urgent_p95 = _fmt(urgent["p95"], 0) if urgent else "n/a"
+        moves = cell["consolidation"]
         lines.append(
             f"| {rho} | {variant} | {_fmt(cell['gpu_utilisation'])} | {small} | {large} | "
             f"{urgent_p95} | {_fmt(cell['guarantee_shortfall_gpu_hours'])} | "
             f"{_fmt(cell['jain_fairness'], 3)} | {_fmt(cell['preemptions'], 0)} | "
             f"{_fmt(cell['gpu_hours_lost_to_preemption'])} | "
-            f"{cell['quota_overrun_max']['mean']:g} |"
+            f"{cell['quota_overrun_max']['mean']:g} | "
+            f"{_fmt(sizes['medium']['p95'], 0) if 'medium' in sizes else 'n/a'} | "
+            f"{_fmt(moves['moves_per_hour'])} | {_fmt(moves['gpu_hours_lost_to_moves'], 2)} |"
         )
     return "\n".join(lines)
 

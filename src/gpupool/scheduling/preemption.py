@@ -50,10 +50,13 @@ from gpupool.scheduling.ordering import priority_of
 
 
 class Rule(enum.Enum):
-    """Why a pod was preempted."""
+    """Why a pod was preempted (or moved: consolidation evicts by the same door)."""
 
     PRIORITY = "priority"
     RECLAIM = "reclaim"
+    CONSOLIDATION = "consolidation"
+    """Not an engine rule: :mod:`gpupool.governance.consolidation` moves pods so that a waiting
+    pod fits, and the live controller carries its plan out as a preemption."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,8 @@ class Consolidating:
         self.reported = 0
         self.loss_gpu_seconds = 0.0
         self.gain_gpu_seconds = 0.0
+        self.least_margin: float | None = None
+        """The smallest gain less loss of a plan carried out (the rule makes none below 0)."""
         self.declined: Counter[str] = Counter()
         self.last: dict[str, Plan | Declined] = {}
         """The latest outcome per waiting pod (what ``explain`` shows)."""
@@ -92,6 +94,10 @@ class Consolidating:
             self.moved += len(plan.moves)
             self.loss_gpu_seconds += plan.loss_gpu_seconds
             self.gain_gpu_seconds += plan.gain_gpu_seconds
+            margin = plan.gain_gpu_seconds - plan.loss_gpu_seconds
+            self.least_margin = (
+                margin if self.least_margin is None else min(self.least_margin, margin)
+            )
 
     def report(self) -> dict[str, Any]:
         """The counters, under the report's ``consolidation`` key."""
@@ -104,6 +110,9 @@ class Consolidating:
             "moves_per_hour": self.moved / hours if hours else 0.0,
             "gpu_hours_lost_to_moves": self.loss_gpu_seconds / HOUR,
             "gpu_hours_gained_by_model": self.gain_gpu_seconds / HOUR,
+            "least_plan_margin_gpu_hours": (
+                None if self.least_margin is None else self.least_margin / HOUR
+            ),
             "report_only_plans": self.reported,
             "declined": dict(sorted(self.declined.items())),
         }

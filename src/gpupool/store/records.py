@@ -45,6 +45,7 @@ class AuditAction(enum.StrEnum):
     REJECT = "reject"
     TIME_LIMIT = "time-limit"
     POLICY_CHANGE = "policy-change"
+    CONSOLIDATE = "consolidate"
 
 
 def to_micros(moment: datetime) -> int:

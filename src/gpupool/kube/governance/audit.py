@@ -82,6 +82,36 @@ class Auditor:
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
+    def plan(
+        self,
+        pod: PodRecord,
+        text: str,
+        values: Mapping[str, float | int | str],
+        settings: GovernanceSettings,
+        where: tuple[str, float],
+    ) -> None:
+        """A consolidation plan for ``pod`` (its words and its what-if), in ``where``: pool, now."""
+        if self.writer is None:
+            return
+        meta = pod.metadata
+        pool, now = where
+        event = AuditEvent(
+            time=_moment(now),
+            action=AuditAction.CONSOLIDATE,
+            kind="Pod",
+            namespace=meta.namespace,
+            name=meta.name,
+            uid=meta.uid,
+            reason=text[:REASON_LENGTH],
+            values=dict(values),
+            tenant=settings.queue_of(pod),
+            pool=pool,
+            actor=self.actor,
+        )
+        task = asyncio.get_running_loop().create_task(self.writer.audit(event))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
     async def action(
         self,
         pod: PodRecord,

@@ -43,6 +43,7 @@ from gpupool.governance.idleness import idle_since
 from gpupool.governance.rules import CleanupLimits, Limits, PodFacts, PodWarning
 from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.kube.governance.audit import Auditor
+from gpupool.kube.governance.consolidation import LiveConsolidation
 from gpupool.kube.governance.facts import (
     GovernanceSettings,
     format_warning,
@@ -59,10 +60,7 @@ from gpupool.kube.governance.usage_feed import UsageFeed
 from gpupool.kube.objects import allocation
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.timestamps import parse_time
-from gpupool.kube.objects.vocabulary import (
-    ANNOTATION_ALLOCATION,
-    ANNOTATION_GOVERNANCE_WARNED,
-)
+from gpupool.kube.objects.vocabulary import ANNOTATION_ALLOCATION, ANNOTATION_GOVERNANCE_WARNED
 from gpupool.kube.policy.book import expected_runtime
 from gpupool.kube.scheduler.claim_ledger import claim_gpus_by_pod
 from gpupool.kube.scheduler.departures import Outcome
@@ -150,6 +148,9 @@ class GovernanceController:
         self._next_phantom_check = 0.0
         self.ledger = QueueLedger(writer)
         self.auditor = Auditor(writer, scheduler.config.identity)
+        self.consolidation = LiveConsolidation(
+            scheduler, self.auditor, lambda: self.settings, clock
+        )
         scheduler.on_decision = self._decided
 
     def _decided(self, pod: PodRecord, what: str, detail: str) -> None:

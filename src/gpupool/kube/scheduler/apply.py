@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpupool.core.decisions import Bind
@@ -34,6 +35,9 @@ from gpupool.scheduling.decisions import Admit, CycleRequest, CycleResult, Preem
 from gpupool.scheduling.engine import PolicyEngine
 from gpupool.scheduling.wait_cause import WaitKind
 
+CycleHook = Callable[[PolicyEngine, CycleRequest, CycleResult], None]
+"""What runs after a cycle is taken in: the engine, the request and the result."""
+
 
 @dataclass
 class Applier:
@@ -46,6 +50,11 @@ class Applier:
     binder: Binder
     stats: LiveStats
     gangs: GangStatus = field(init=False)
+    after_cycle: CycleHook | None = None
+    """Called once a cycle's decisions are taken in (admissions assumed, preemptions started),
+    before its Bindings are sent: the governance controller's consolidation."""
+    notes: dict[str, str] = field(default_factory=dict)
+    """What the last consolidation pass said of each waiting pod, by uid (``explain`` shows it)."""
 
     def __post_init__(self) -> None:
         self.gangs = GangStatus(self.verdicts.reports)
@@ -83,6 +92,8 @@ class Applier:
                 )
                 self.verdicts.unschedulable(pod, readable(cause, self.state.pods), cause.kind)
         self.gangs.after(result, self.state.pods)
+        if self.after_cycle is not None:
+            self.after_cycle(engine, request, result)
         for pod, bind, pool_name, queue_name in admitted:
             self.verdicts.metrics.attempt("scheduled")
             self.verdicts.queue.in_flight(pod.metadata.uid)
