@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx2
 import pytest
 
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
@@ -506,3 +507,130 @@ async def test_a_coscheduling_groups_labelled_pods_start_whole(
         await api.delete(
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/podgroups.scheduling.x-k8s.io"
         )
+
+
+# Consolidation (issue 32): shares of 50% on the four GPUs of two nodes, one pod per GPU at
+# first; the pool then allows two pods per GPU and a pod asking for a whole GPU's compute comes.
+# Node a holds a bare pod and a running gang's pod, node b two pods of a Deployment.
+
+
+def _share(name: str, namespace: str, slot: str = "", cores: int = 50) -> Json:
+    selector = {"test": namespace, **({"slot": slot} if slot else {})}
+    return gpu_pod(name, cores=cores, memory_mib=10000, selector=selector)
+
+
+async def _fragmented_pool(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses, mode: str
+) -> str:
+    """The fragmented pool (above) with consolidation in ``mode``; returns the pool's name."""
+    await install_crds(api)
+    nodes = await make_nodes(api, namespace, 2, gpus=2, gpu_model="A100", gpu_memory_mib=40960)
+    for node, slot in zip(nodes, "ab", strict=True):
+        await api.patch(f"/api/v1/nodes/{node.name}", {"metadata": {"labels": {"slot": slot}}})
+    pool = f"{namespace}-shared"
+    consolidation = {"mode": mode, "minWait": "1s", "restartCost": "10s"}
+    spec = {"mode": "Shared", "nodeSelector": {"test": namespace}, "shared": {"maxPodsPerGPU": 1}}
+    await api.create(
+        "/apis/gpupool.io/v1alpha1/gpupools",
+        {
+            "apiVersion": "gpupool.io/v1alpha1",
+            "kind": "GPUPool",
+            "metadata": {"name": pool},
+            "spec": {**spec, "consolidation": consolidation},
+        },
+    )
+    schedulers.start("solo")
+    gang = (await _gang(api, namespace, "g", 1, 1))[0]
+    gang["spec"]["nodeSelector"]["slot"] = "a"
+    gang["spec"]["containers"][0]["resources"]["limits"].update(
+        {"gpupool.io/gpu-cores": "50", "gpupool.io/gpu-memory": "10000"}
+    )
+    await create_pods(api, namespace, [_share("bare", namespace, "a"), gang])
+
+    async def bound(count: int) -> bool:
+        pods = await list_pods(api, namespace)
+        return sum(bool(p["spec"].get("nodeName")) for p in pods) == count
+
+    await wait_for(lambda: bound(2), 30, "the bare pod and the gang's pod bound on node a")
+    template = _share("web", namespace)
+    await api.create(
+        f"/apis/apps/v1/namespaces/{namespace}/deployments",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": template["spec"]},
+            },
+        },
+    )
+    await wait_for(lambda: bound(4), 60, "two web pods bound on node b")
+    await api.patch(
+        f"/apis/gpupool.io/v1alpha1/gpupools/{pool}", {"spec": {"shared": {"maxPodsPerGPU": 2}}}
+    )
+    await create_pods(api, namespace, [_share("big", namespace, cores=100)])
+    return pool
+
+
+async def _nodes_of(api: KubeAPI, namespace: str) -> dict[str, tuple[str, str]]:
+    """Pod name to (uid, node)."""
+    return {
+        p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"].get("nodeName", ""))
+        for p in await list_pods(api, namespace)
+    }
+
+
+async def test_consolidation_moves_one_deployment_share_and_never_a_bare_or_gang_pod(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    pool = await _fragmented_pool(api, namespace, schedulers, "Enabled")
+    before = await _nodes_of(api, namespace)
+    node_a, node_b = f"{namespace}-n000", f"{namespace}-n001"
+    assert before["bare"][1] == before["g-0"][1] == node_a
+
+    async def big_bound() -> bool:
+        return bool((await _nodes_of(api, namespace))["big"][1])
+
+    await wait_for(big_bound, 60, "the whole-GPU pod bound after one move")
+    after = await _nodes_of(api, namespace)
+    assert after["big"][1] == node_b
+    assert after["bare"] == before["bare"]
+    assert after["g-0"] == before["g-0"]
+    web_before = {uid for name, (uid, _) in before.items() if name.startswith("web")}
+    web_after = {uid: node for name, (uid, node) in after.items() if name.startswith("web")}
+    assert len(web_before - set(web_after)) == 1  # the fewest moves: one share
+    assert sorted(web_after.values()) == sorted([node_a, node_b])  # the moved one landed on a
+    events = await wait_for_events(
+        api, namespace, "the move told", regarding="big", reason="Consolidating"
+    )
+    assert "gains" in events[0]["note"]
+    async with httpx2.AsyncClient(timeout=10) as http:
+        scraped = (await http.get(f"{await schedulers.http_url('solo')}/metrics")).text
+    assert f'gpupool_governance_consolidation_moves_total{{pool="{pool}"}} 1.0' in scraped
+    await _delete_deployment_and_pods(api, namespace, pool)
+
+
+async def test_report_only_consolidation_moves_nothing_and_says_what_it_would_do(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    pool = await _fragmented_pool(api, namespace, schedulers, "ReportOnly")
+    before = await _nodes_of(api, namespace)
+    events = await wait_for_events(
+        api, namespace, "the plan told", regarding="big", reason="ConsolidationPlan"
+    )
+    assert "would move" in events[0]["note"]
+    assert f"{namespace}/web-" in events[0]["note"]
+    await asyncio.sleep(3)  # a few more cycles: still nothing moves
+    after = await _nodes_of(api, namespace)
+    assert after == before
+    assert not after["big"][1]
+    await _delete_deployment_and_pods(api, namespace, pool)
+
+
+async def _delete_deployment_and_pods(api: KubeAPI, namespace: str, pool: str) -> None:
+    """The test's pods and its pool (a pod of the next test could be routed to it)."""
+    await api.delete(f"/apis/apps/v1/namespaces/{namespace}/deployments/web")
+    await delete_all_pods(api, namespace)
+    await api.delete(f"/apis/gpupool.io/v1alpha1/gpupools/{pool}")

@@ -92,6 +92,7 @@ def explain(view: ClusterView, pod: str) -> Explanation:
             nodes_total=0,
             nodes_could_fit=0,
             closest=[],
+            consolidation=entry.consolidation,
         )
     fitting = _could_fit(snapshot, view.policy(), entry)
     candidates: list[FreeUp] = []
@@ -112,4 +113,5 @@ def explain(view: ClusterView, pod: str) -> Explanation:
         nodes_total=snapshot.size,
         nodes_could_fit=int(fitting.sum()),
         closest=candidates[:CLOSEST],
+        consolidation=entry.consolidation,
     )

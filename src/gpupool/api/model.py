@@ -199,3 +199,9 @@ class Explanation(BaseModel):
         "selector, affinity, tolerations, ready and not cordoned) that could hold it if empty"
     )
     closest: list[FreeUp] = Field(description="The nodes that need the least freed, best first")
+    consolidation: str = Field(
+        default="",
+        description="What the last consolidation pass said of the pod: the pods it moves (or "
+        "would move, in ReportOnly) so that the pod fits, with the GPU-hours gained and lost, or "
+        "why it moves none; empty when its pool does not consolidate or the pod waits briefly",
+    )

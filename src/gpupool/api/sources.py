@@ -210,14 +210,16 @@ def _waiting(
     entries: Mapping[str, QueuedPod],
     team: Team,
     queues: Sequence[QueueSpec],
-    volumes: Mapping[str, tuple[RequiredTerms, ...]],
+    said: tuple[Mapping[str, tuple[RequiredTerms, ...]], Mapping[str, str]],
 ) -> list[Waiting]:
     """Pending pods in the scheduler's order, from records and their queue entries by uid.
 
     ``queues`` decide each pod's class as the scheduler decides it, so the API never shows a
-    class the pod's queue does not allow; ``volumes``: what each pod's volumes require of its
-    node, so an explanation offers only nodes its volumes can be mounted on.
+    class the pod's queue does not allow; ``said``: what each pod's volumes require of its
+    node, so an explanation offers only nodes its volumes can be mounted on, and what
+    consolidation last said of it.
     """
+    volumes, notes = said
     result = []
     for pod in sorted((pods[uid] for uid in entries if uid in pods), key=pod_order):
         reason, attempts, kind = entries[pod.metadata.uid]
@@ -226,7 +228,9 @@ def _waiting(
         except InvalidObjectError:
             spec = None
         workload = workload_of(pod, spec, queues) if spec is not None else None
-        result.append(Waiting(spec, _info(pod, team), reason, attempts, workload, category(kind)))
+        note = notes.get(pod.metadata.uid, "")
+        info = _info(pod, team)
+        result.append(Waiting(spec, info, reason, attempts, workload, category(kind), note))
     return result
 
 
@@ -301,7 +305,8 @@ class LiveView:
         queues = self.scheduler.policies.config.queues
         entries = self._entries()
         pods = self.scheduler.state.pods
-        return _waiting(pods, entries, charged_queue(queues), queues, self._volumes(entries))
+        volumes, notes = self._volumes(entries), self.scheduler.applier.notes
+        return _waiting(pods, entries, charged_queue(queues), queues, (volumes, notes))
 
     def policy(self) -> ClusterPolicy | None:
         """The leader's compiled pools and queues (for its current snapshot)."""
@@ -350,7 +355,7 @@ class LiveView:
         state = self.scheduler.state
         pods = dict(state.pods)
         entries = self._entries()
-        volumes = self._volumes(entries)
+        said = (self._volumes(entries), dict(self.scheduler.applier.notes))
         queues = self.scheduler.policies.config.queues
         team = charged_queue(queues)
         return DetachedView(
@@ -358,7 +363,7 @@ class LiveView:
             state.snapshot.copy() if state.snapshot is not None else None,
             _who(pods, team, _claim_holders(self.scheduler, team)),
             dict(state.uuids),
-            lambda: _waiting(pods, entries, team, queues, volumes),
+            lambda: _waiting(pods, entries, team, queues, said),
             tuple(self.pools()),
             tuple(self.queues()),
             compiled=self.policy(),

@@ -75,6 +75,8 @@ class Waiting:
         workload: The pod as the policy engine sees it (namespace, queue, class, pool wish), so
             ``explain`` can route it as the engine does; None when the view knows only the
             request.
+        consolidation: What the last consolidation pass said of it ("" when none did): the
+            plan moving pods so that it fits, or why there is none.
     """
 
     spec: PodSpec | None
@@ -83,6 +85,7 @@ class Waiting:
     attempts: int = 0
     workload: Workload | None = None
     category: str = NOT_TRIED
+    consolidation: str = ""
 
 
 class ClusterView(Protocol):

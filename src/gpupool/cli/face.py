@@ -120,6 +120,8 @@ def explain_pod(pod: str, namespace: str, server: str, token: str, ca_file: str)
         f"  nodes of its pools it may use that could hold it when empty: "
         f"{answer['nodes_could_fit']} of {answer['nodes_total']}"
     )
+    if answer.get("consolidation"):
+        console.print(f"  {answer['consolidation']}", markup=False)
     if not answer["closest"]:
         console.print("  no node can ever hold it as asked: change the request")
         return

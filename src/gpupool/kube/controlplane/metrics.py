@@ -193,6 +193,28 @@ def _governance_families(controller: GovernanceController) -> Iterator[Metric]:
     for queue, value in sorted(stats.queue_gpu_hours.items()):
         gpu_seconds.add_metric([queue], value * 3600)
     yield gpu_seconds
+    yield from _consolidation_families(controller)
+
+
+def _consolidation_families(controller: GovernanceController) -> Iterator[Metric]:
+    """Consolidation's plans and moves, by pool (and mode): pools are few, set by the admin."""
+    consolidation = controller.consolidation
+    moves = CounterMetricFamily(
+        f"{GOVERNANCE_PREFIX}consolidation_moves",
+        "Pods moved (evicted to be placed again) so that a pod waiting on fragments fits.",
+        labels=["pool"],
+    )
+    for pool, count in sorted(consolidation.moves.items()):
+        moves.add_metric([pool], count)
+    yield moves
+    plans = CounterMetricFamily(
+        f"{GOVERNANCE_PREFIX}consolidation_plans",
+        "Consolidation plans carried out (mode Enabled) or told (ReportOnly), by pool and mode.",
+        labels=["pool", "mode"],
+    )
+    for (pool, mode), count in sorted(consolidation.plans.items()):
+        plans.add_metric([pool, mode], count)
+    yield plans
 
 
 def scheduler_registry(
