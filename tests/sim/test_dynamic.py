@@ -190,6 +190,14 @@ def gpupool(*args: str) -> subprocess.CompletedProcess[str]:
         ),
         (["--reservations", "0"], "error: --reservations: must be at least 1 (0)"),
         (
+            ["--consolidation", "sometimes"],
+            "error: --consolidation: choose one of disabled, report-only, enabled",
+        ),
+        (
+            ["--consolidation", "enabled", "--restart-cost", "-1"],
+            "error: --restart-cost: must be >= 0, got -1.0",
+        ),
+        (
             ["--reserve-above-units", "-1"],
             "error: --reserve-above-units: must be at least 0 (-1)",
         ),
