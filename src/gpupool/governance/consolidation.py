@@ -26,6 +26,9 @@ For each pod the last cycle left waiting for resources, oldest first:
 * the pool moves at most ``maxMovesPerHour`` pods in any hour, and a workload (the controller
   owning the pods) is moved at most ``maxMovesPerWorkloadPerHour`` times.
 
+Moves are searched for at most once a minute (:data:`SEARCH_INTERVAL`), a few waiting pods per
+pool and a few nodes per pod each time (:data:`MAX_TRIED_PER_POOL`, :data:`MAX_NODES_TRIED`).
+
 Only pods a controller creates again are movable (the drivers say which and under what workload
 key), never a pod of a gang (a gang is moved whole or not at all, and a gang member's eviction
 would stop the gang), a pod holding a DRA claim (its devices are the claim's), a MIG slice, a pod
@@ -36,8 +39,9 @@ working copy as they are made, so two never count on the same room or move the s
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Mapping, Sequence
+import math
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,11 +57,16 @@ from gpupool.scheduling.backfill import reserve
 from gpupool.scheduling.disruption import NO_BUDGETS, DisruptionBudgets
 
 HOUR = 3600.0
-MAX_NODES_TRIED = 16
+MAX_NODES_TRIED = 8
 """Nodes searched per waiting pod at most, those with the most room free or movable first."""
-MAX_TRIED_PER_POOL = 4
+MAX_TRIED_PER_POOL = 2
 """Waiting pods a pass searches moves for per pool at most, oldest first (the search is the
 expensive part; the next pass tries again)."""
+SEARCH_INTERVAL = 60.0
+"""Least seconds between two searches. The drivers ask after every cycle (a live scheduler runs
+several a second); a pod waits ``minWait`` (minutes) before it is planned for, so searching once
+a minute loses nothing and keeps the cost of the what-ifs off the scheduling loop (measured in
+the simulation: two thirds of its time went to searching after every 20-second cycle)."""
 MOVABLE_KINDS = (RequestKind.WHOLE, RequestKind.SHARE)
 MODEL_HORIZON = 24 * HOUR
 """The expected start of a pod the model sees no end for (pods no estimate covers hold its
@@ -157,6 +166,8 @@ class MoveHistory:
     """The moves made in the last hour, by pool and by workload (the caps count them)."""
 
     _moves: deque[tuple[float, int, str]] = field(default_factory=deque)
+    last_search: float = -math.inf
+    """When moves were last searched for (:data:`SEARCH_INTERVAL` apart at least)."""
 
     def _trim(self, now: float) -> None:
         while self._moves and self._moves[0][0] <= now - HOUR:
@@ -188,7 +199,8 @@ class Inputs:
         owners: Running pod name to its workload key, for pods a controller creates again.
         pool_nodes: Per pool index, the pool's nodes.
         settings: Per pool index, its consolidation settings.
-        expected_ends: (expected end, snapshot name) of running pods, as reservations see them.
+        expected_ends: (expected end, snapshot name) of running pods, as reservations see them;
+            asked only when a plan is found (computing it visits every running pod).
         now: Seconds.
         kept_off: Nodes moved pods may not count on (nominated or reserved); ``None``: none.
         min_runtime: Per queue index, its ``minRuntimeBeforePreemption``.
@@ -201,32 +213,39 @@ class Inputs:
     owners: Mapping[str, str]
     pool_nodes: Sequence[BoolArray]
     settings: Sequence[ConsolidationSpec]
-    expected_ends: Sequence[tuple[float, str]]
+    expected_ends: Callable[[], Sequence[tuple[float, str]]]
     now: float
     kept_off: BoolArray | None = None
     min_runtime: Sequence[float] = ()
     disruption: DisruptionBudgets = NO_BUDGETS
 
 
-def consolidate(inputs: Inputs, history: MoveHistory) -> list[Outcome]:
-    """A plan, or why none, for each waiting pod whose pool consolidates (module docstring)."""
-    if all(s.mode is ConsolidationMode.OFF for s in inputs.settings):
+def consolidate(inputs: Inputs, history: MoveHistory) -> list[Outcome] | None:
+    """A plan, or why none, for each waiting pod whose pool consolidates (module docstring).
+
+    ``None`` when pods wait on fragments but the last search was less than
+    :data:`SEARCH_INTERVAL` ago: its outcomes stand.
+    """
+    now, tried = inputs.now, Counter[int]()
+    candidates = []
+    for stuck in sorted(inputs.stuck, key=lambda s: (s.since, s.workload.name)):
+        settings = inputs.settings[stuck.pool]
+        if settings.mode is ConsolidationMode.OFF or tried[stuck.pool] >= MAX_TRIED_PER_POOL:
+            continue
+        if _on_fragments(inputs.snapshot, stuck, settings, now):
+            tried[stuck.pool] += 1
+            candidates.append(stuck)
+    if not candidates:
         return []
+    if now - history.last_search < SEARCH_INTERVAL:
+        return None
+    history.last_search = now
     work = inputs.snapshot.copy()
     kept_off = (
         np.zeros(work.size, dtype=np.bool_) if inputs.kept_off is None else inputs.kept_off.copy()
     )
     pass_ = _Pass(inputs, work, kept_off, _movable(inputs, history), history)
-    outcomes: list[Outcome] = []
-    tried: dict[int, int] = {}
-    for stuck in sorted(inputs.stuck, key=lambda s: (s.since, s.workload.name)):
-        settings = inputs.settings[stuck.pool]
-        if settings.mode is ConsolidationMode.OFF or tried.get(stuck.pool, 0) >= MAX_TRIED_PER_POOL:
-            continue
-        if _on_fragments(work, stuck, settings, inputs.now):
-            tried[stuck.pool] = tried.get(stuck.pool, 0) + 1
-            outcomes.append(pass_.plan(stuck))
-    return outcomes
+    return [pass_.plan(stuck) for stuck in candidates]
 
 
 def _on_fragments(
@@ -281,6 +300,7 @@ class _Pass:
         self.movable = movable
         self.history = history
         self.planned: dict[int, int] = {}
+        self.ends: Sequence[tuple[float, str]] | None = None
 
     def plan(self, stuck: Stuck) -> Outcome:
         """The cheapest plan that lands every moved pod, or why there is none."""
@@ -335,7 +355,9 @@ class _Pass:
         """The plan, kept (applied to the working copy) when it pays within the pool's cap."""
         inputs, pod, pool = self.inputs, stuck.workload.pod, stuck.pool
         settings, now = inputs.settings[pool], inputs.now
-        found = reserve(self.work, pod, stuck.nodes, inputs.expected_ends, now)
+        if self.ends is None:
+            self.ends = inputs.expected_ends()
+        found = reserve(self.work, pod, stuck.nodes, self.ends, now)
         expected = found.start_at if found is not None else now + MODEL_HORIZON
         plan = Plan(
             pod=pod.name,

@@ -79,10 +79,8 @@ def inputs_after(
         owners=owners,
         pool_nodes=pool_nodes,
         settings=list(settings) if settings is not None else pool_settings(engine),
-        expected_ends=(
-            expected_ends(request.running, request.now, runtimes, queue_names, by_age)
-            if stuck
-            else ()
+        expected_ends=lambda: expected_ends(
+            request.running, request.now, runtimes, queue_names, by_age
         ),
         now=request.now,
         kept_off=nominated | reserved,

@@ -58,8 +58,6 @@ class Consolidating:
         self.least_margin: float | None = None
         """The smallest gain less loss of a plan carried out (the rule makes none below 0)."""
         self.declined: Counter[str] = Counter()
-        self.last: dict[str, Plan | Declined] = {}
-        """The latest outcome per waiting pod (what ``explain`` shows)."""
 
     def after(self, request: CycleRequest, result: CycleResult) -> bool:
         """Plan after a cycle and carry out what pays; whether a pod was moved."""
@@ -68,11 +66,9 @@ class Consolidating:
         cluster = self.cluster
         owners = {name: name for name in cluster.running}
         inputs = inputs_after(cluster.engine, request, result, owners, self.settings)
-        if not inputs.stuck:
-            return False
+        outcomes = consolidate(inputs, self.history) if inputs.stuck else None
         moved = False
-        for outcome in consolidate(inputs, self.history):
-            self.last[outcome.pod] = outcome
+        for outcome in outcomes or ():
             counted = self.window[0] <= cluster.now <= self.window[1]
             if isinstance(outcome, Declined):
                 self.declined[outcome.why] += counted

@@ -26,6 +26,7 @@ from gpupool.scheduling.disruption import DisruptionBudgets
 
 NOW = 1000.0
 ON = ConsolidationSpec(mode=ConsolidationMode.ON, min_wait=300)
+REPORT = ConsolidationMode.REPORT_ONLY
 
 
 def node(name: str, gpus: int = 2) -> NodeSpec:
@@ -74,7 +75,7 @@ class Pool:
             owners=self.owners,
             pool_nodes=[everywhere],
             settings=[settings],
-            expected_ends=[(NOW + ends_in, name) for name in self.running],
+            expected_ends=lambda: [(NOW + ends_in, name) for name in self.running],
             now=NOW,
         )
         return replace(inputs, **changes)  # type: ignore[arg-type]
@@ -89,7 +90,8 @@ def fragmented(nodes: int = 2) -> Pool:
     return pool
 
 
-def only(outcomes: list[Outcome]) -> Outcome:
+def only(outcomes: list[Outcome] | None) -> Outcome:
+    assert outcomes is not None
     assert len(outcomes) == 1, outcomes
     return outcomes[0]
 
@@ -209,7 +211,7 @@ def test_a_workload_moved_within_the_hour_is_not_moved_again() -> None:
 def test_two_waiting_pods_never_count_on_the_same_room_or_move_the_same_pod() -> None:
     pool = fragmented(3)
     outcomes = consolidate(pool.inputs([whole("w1"), whole("w2")]), MoveHistory())
-    plans = [o for o in outcomes if isinstance(o, Plan)]
+    plans = [o for o in outcomes or [] if isinstance(o, Plan)]
     assert len(plans) == 2
     assert plans[0].node != plans[1].node
     moved = [m.pod for p in plans for m in p.moves]
@@ -252,6 +254,20 @@ def _move(name: str) -> Move:
 
 def test_a_second_waiting_pod_gets_no_plan_that_counts_on_the_first_plans_room() -> None:
     pool = fragmented(2)  # room for one whole GPU once a share moves, not for two
-    first, second = consolidate(pool.inputs([whole("w1"), whole("w2")]), MoveHistory())
+    first, second = consolidate(pool.inputs([whole("w1"), whole("w2")]), MoveHistory()) or []
     assert isinstance(first, Plan)
     assert isinstance(second, Declined)
+
+
+def test_moves_are_searched_at_most_once_a_minute_and_not_at_all_without_fragments() -> None:
+    pool = fragmented()
+    history = MoveHistory()
+    first = consolidate(pool.inputs([whole("w")], settings=replace(ON, mode=REPORT)), history)
+    assert first is not None
+    assert len(first) == 1
+    again = replace(pool.inputs([whole("w")], settings=replace(ON, mode=REPORT)), now=NOW + 59)
+    assert consolidate(again, history) is None  # the last search's outcomes stand
+    later = replace(again, now=NOW + 60)
+    assert consolidate(later, history) is not None
+    nothing_waits = replace(later, stuck=[], now=NOW + 61)
+    assert consolidate(nothing_waits, history) == []

@@ -94,13 +94,14 @@ class LiveConsolidation:
         pods = self.scheduler.state.pods
         owners = _owners(request.running, pods)
         inputs = inputs_after(engine, request, result, owners)
+        outcomes = consolidate(inputs, self.history)
+        if outcomes is None:  # searched less than a minute ago: what it said stands
+            return
         notes = self.scheduler.applier.notes
         notes.clear()
-        if not inputs.stuck:
-            return
         waits = {d.workload.name: d for d in result.decisions if isinstance(d, Wait)}
         names = request.snapshot.node_names
-        for outcome in consolidate(inputs, self.history):
+        for outcome in outcomes:
             pod = pods.get(outcome.pod)
             if pod is None:
                 continue
