@@ -39,16 +39,16 @@ working copy as they are made, so two never count on the same room or move the s
 
 from __future__ import annotations
 
-import math
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from gpupool.core.filtering import admissible
 from gpupool.core.model import RequestKind
 from gpupool.core.snapshot import BoolArray, ClusterSnapshot
+from gpupool.governance.consolidation_plan import HOUR, Declined, Move, MoveHistory, Outcome, Plan
 from gpupool.governance.consolidation_search import demand_milli, fewest_moves, landings
 from gpupool.policy.spec import ConsolidationMode, ConsolidationSpec
 from gpupool.policy.units import MILLI_UNITS
@@ -56,7 +56,6 @@ from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.backfill import reserve
 from gpupool.scheduling.disruption import NO_BUDGETS, DisruptionBudgets
 
-HOUR = 3600.0
 MAX_NODES_TRIED = 8
 """Nodes searched per waiting pod at most, those with the most room free or movable first."""
 MAX_TRIED_PER_POOL = 2
@@ -88,104 +87,6 @@ class Stuck:
     pool: int
     nodes: BoolArray
     since: float
-
-
-@dataclass(frozen=True, slots=True)
-class Move:
-    """One pod moved: from where, to where the what-if found it room, and what it loses."""
-
-    pod: str
-    workload_key: str
-    source: int
-    target: int
-    gpus: float
-    loss_gpu_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """Moves after which a waiting pod fits on ``node``, with the model's gain and loss.
-
-    Attributes:
-        pod: The waiting pod.
-        pool: Its pool.
-        node: Node row it is nominated to.
-        moves: The pods to move.
-        waited: Seconds it had waited.
-        expected_start: When it would start without moves (seconds, the cycle's clock).
-        gain_gpu_seconds: Its GPUs times how much sooner it starts.
-        loss_gpu_seconds: The moved pods' GPUs times their restart cost.
-        mode: The pool's mode: a ReportOnly plan is shown, not carried out.
-    """
-
-    pod: str
-    pool: int
-    node: int
-    moves: tuple[Move, ...]
-    waited: float
-    expected_start: float
-    gain_gpu_seconds: float
-    loss_gpu_seconds: float
-    mode: ConsolidationMode = ConsolidationMode.ON
-
-    @property
-    def pays(self) -> bool:
-        """Whether the waiting pod gains more GPU time than the moves lose."""
-        return self.gain_gpu_seconds > self.loss_gpu_seconds
-
-    def values(self, node_names: Sequence[str]) -> dict[str, float | int | str]:
-        """The what-if as the audit and Events record it."""
-        return {
-            "node": node_names[self.node],
-            "moves": len(self.moves),
-            "moved": ", ".join(
-                f"{m.pod} {node_names[m.source]}->{node_names[m.target]}" for m in self.moves
-            ),
-            "waited_s": round(self.waited),
-            "gain_gpu_hours": round(self.gain_gpu_seconds / HOUR, 3),
-            "loss_gpu_hours": round(self.loss_gpu_seconds / HOUR, 3),
-            "mode": self.mode.value,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Declined:
-    """A waiting pod for which no plan is made, and why (``plan``: one that did not pay)."""
-
-    pod: str
-    pool: int
-    why: str
-    plan: Plan | None = None
-
-
-Outcome = Plan | Declined
-
-
-@dataclass
-class MoveHistory:
-    """The moves made in the last hour, by pool and by workload (the caps count them)."""
-
-    _moves: deque[tuple[float, int, str]] = field(default_factory=deque)
-    last_search: float = -math.inf
-    """When moves were last searched for (:data:`SEARCH_INTERVAL` apart at least)."""
-
-    def _trim(self, now: float) -> None:
-        while self._moves and self._moves[0][0] <= now - HOUR:
-            self._moves.popleft()
-
-    def in_pool(self, pool: int, now: float) -> int:
-        """Pods the pool moved in the last hour."""
-        self._trim(now)
-        return sum(1 for _, p, _ in self._moves if p == pool)
-
-    def of_workload(self, key: str, now: float) -> int:
-        """Times the workload was moved in the last hour."""
-        self._trim(now)
-        return sum(1 for _, _, k in self._moves if k == key)
-
-    def record(self, plan: Plan, now: float) -> None:
-        """A plan was carried out now."""
-        self._moves.extend((now, plan.pool, move.workload_key) for move in plan.moves)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,9 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from gpupool.governance.consolidation import Declined, MoveHistory, Plan, consolidate
+from gpupool.governance.consolidation import consolidate
 from gpupool.governance.consolidation_inputs import inputs_after, pool_settings
+from gpupool.governance.consolidation_plan import Declined, MoveHistory, Plan
 from gpupool.policy.spec import ConsolidationMode, ConsolidationSpec
 from gpupool.scheduling.decisions import CycleRequest, CycleResult
 from gpupool.sim.cluster import SimulatedCluster

@@ -10,16 +10,8 @@ import pytest
 
 from gpupool.core.model import MILLI_PER_GPU, NodeSpec, PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
-from gpupool.governance.consolidation import (
-    Declined,
-    Inputs,
-    Move,
-    MoveHistory,
-    Outcome,
-    Plan,
-    Stuck,
-    consolidate,
-)
+from gpupool.governance.consolidation import Inputs, Stuck, consolidate
+from gpupool.governance.consolidation_plan import Declined, Move, MoveHistory, Outcome, Plan
 from gpupool.policy.spec import ConsolidationMode, ConsolidationSpec
 from gpupool.policy.workload import Running, Workload
 from gpupool.scheduling.disruption import DisruptionBudgets

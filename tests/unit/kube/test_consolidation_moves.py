@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.governance.consolidation import Declined, Move, Plan
+from gpupool.governance.consolidation_plan import Declined, Move, Plan
 from gpupool.kube.governance.consolidation import describe, workload_key
 from gpupool.kube.objects.records import PodRecord
 from gpupool.policy.spec import ConsolidationMode

@@ -29,8 +29,9 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from gpupool.governance.consolidation import Declined, MoveHistory, Outcome, Plan, consolidate
+from gpupool.governance.consolidation import consolidate
 from gpupool.governance.consolidation_inputs import inputs_after
+from gpupool.governance.consolidation_plan import Declined, MoveHistory, Outcome, Plan
 from gpupool.kube.governance.audit import Auditor
 from gpupool.kube.governance.facts import GovernanceSettings
 from gpupool.kube.objects.records import PodRecord
