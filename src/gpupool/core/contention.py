@@ -207,3 +207,52 @@ def contention_share_by_class(
             counts[workload_class] = counts.get(workload_class, 0) + 1
     total = sum(counts.values())
     return {name: counts[name] / total for name in sorted(counts)}
+
+
+@dataclass(frozen=True, slots=True)
+class AffectedShare:
+    """A share on a contended GPU, as the control plane reports it.
+
+    Attributes:
+        pod: ``namespace/name`` (the pod UID when the pod is not known).
+        workload_class: Its class as policy counts it ("" for none).
+        slowdown: Its estimated slowdown (1.0: none).
+    """
+
+    pod: str
+    workload_class: str
+    slowdown: float
+
+
+@dataclass(frozen=True, slots=True)
+class ContendedGpu:
+    """A GPU whose agent published contention, with the shares on it.
+
+    Attributes:
+        node: The node.
+        gpu: The GPU's index on the node.
+        level: Its level (never ``none``: quiet GPUs are not listed).
+        score: Its score.
+        reasons: Why.
+        shares: The shares on it, in pod order.
+        gpu_uuid: Its UUID ("" when unknown, as in the simulator).
+        sm_percent: Its SM utilisation in the sample assessed.
+        memory_busy_percent: Its memory-controller utilisation then.
+    """
+
+    node: str
+    gpu: int
+    level: ContentionLevel
+    score: float
+    reasons: tuple[str, ...]
+    shares: tuple[AffectedShare, ...]
+    gpu_uuid: str = ""
+    sm_percent: float = 0.0
+    memory_busy_percent: float = 0.0
+
+
+def class_shares(gpus: Iterable[ContendedGpu]) -> dict[str, float]:
+    """Each class's share of contention over ``gpus`` (:func:`contention_share_by_class`)."""
+    return contention_share_by_class(
+        (share.workload_class, gpu.score) for gpu in gpus for share in gpu.shares
+    )

@@ -11,12 +11,16 @@ Ranges are checked on decode, with the field named in the error.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 import msgspec
 
 from gpupool.governance.freshness import DEFAULT_PUBLICATION_PERIOD
 from gpupool.kube.objects.vocabulary import ANNOTATION_GPU_CONTENTION
+
+log = logging.getLogger(__name__)
 
 Score = Annotated[float, msgspec.Meta(ge=0, le=1)]
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
@@ -82,3 +86,19 @@ def decode_contention(text: str) -> ContentionSignal:
         raise ContentionSignalError(f"{ANNOTATION_GPU_CONTENTION}: {error}") from None
     except msgspec.DecodeError as error:
         raise ContentionSignalError(f"{ANNOTATION_GPU_CONTENTION}: not JSON ({error})") from None
+
+
+def read_contention(annotations: Mapping[str, str], node: str) -> ContentionSignal | None:
+    """The signal a node's agent published (None: none, or unreadable: logged, naming the field).
+
+    An unreadable value counts as no contention: the annotation is the agent's, and a node is
+    better shown and placed on without it than not at all.
+    """
+    text = annotations.get(ANNOTATION_GPU_CONTENTION)
+    if not text:
+        return None
+    try:
+        return decode_contention(text)
+    except ContentionSignalError as error:
+        log.warning("node %s: %s", node, error)
+        return None
