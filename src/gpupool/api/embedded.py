@@ -18,6 +18,7 @@ from gpupool.api.records import Namespaces
 from gpupool.api.serve import serving
 from gpupool.api.sources import DetachedView, SnapshotView
 from gpupool.api.view import PodInfo, Waiting, pools_of, queues_of, team_of
+from gpupool.core.contention import ContendedGpu
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.governance.accounting import SECONDS_PER_HOUR
 from gpupool.policy.cluster import ClusterPolicy
@@ -94,6 +95,10 @@ class DemoView:
     def queues(self) -> list[Queue]:
         """The demo's queues with their use."""
         return self._view().queues()
+
+    def contention(self) -> list[ContendedGpu]:
+        """The simulated contention of the demo's GPUs."""
+        return self._view().contention()
 
     def detached(self) -> DetachedView:
         """A frozen copy, taken under the session's lock."""
