@@ -30,6 +30,7 @@ from gpupool.agent.nvml import (
     MigDevice,
     ProcessUsage,
 )
+from gpupool.core.contention import fair_split
 
 # model, memory MiB (what NVML reports on the real boards)
 _MODELS = {
@@ -97,18 +98,12 @@ def preset_devices(preset: str, node: str) -> tuple[GpuDevice, ...]:
     return tuple(devices)
 
 
-def _proportional(demands: list[int]) -> list[int]:
-    """What each demand gets of a resource of 100 %: all of it, or its part when over 100."""
-    total = sum(demands)
-    return demands if total <= 100 else [demand * 100 // total for demand in demands]
-
-
 def _device_usage(
     device: GpuDevice, processes: tuple[ProcessUsage, ...], throttle: Throttle
 ) -> GpuUsage:
     """What NVML reports for a GPU running ``processes`` (their demands; see the module)."""
-    sm = _proportional([p.sm_percent for p in processes])
-    busy = _proportional([p.memory_busy_percent for p in processes])
+    sm = fair_split([p.sm_percent for p in processes])
+    busy = fair_split([p.memory_busy_percent for p in processes])
     measured = tuple(
         replace(p, sm_percent=s, memory_busy_percent=b)
         for p, s, b in zip(processes, sm, busy, strict=True)

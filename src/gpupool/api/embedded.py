@@ -24,6 +24,7 @@ from gpupool.governance.accounting import SECONDS_PER_HOUR
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.units import MILLI_UNITS
 from gpupool.policy.usage import pool_usage, queue_usage
+from gpupool.sim.contention import simulated_contention
 from gpupool.sim.demo_session import DemoSession
 from gpupool.sim.embedded import ClusterEvent, EmbeddedCluster
 
@@ -65,6 +66,11 @@ class DemoView:
                 queue_list=_queues(cluster),
                 workloads=dict(cluster.pending),
                 compiled=cluster.policy,
+                contended=simulated_contention(
+                    cluster.snapshot,
+                    cluster.usage,
+                    {name: r.workload.workload_class for name, r in cluster.running.items()},
+                ),
             )
 
     def snapshot(self) -> ClusterSnapshot | None:

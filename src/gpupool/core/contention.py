@@ -31,7 +31,7 @@ into the level. Pure: no I/O, so the agent, the control plane and the simulator 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 SATURATED_PERCENT = 90.0
@@ -153,6 +153,16 @@ def _time_sliced(shares: list[ShareOnGpu], sm_percent: float) -> dict[str, float
             ratio = min(100.0, share.cap_percent) / share.sm_percent
         slowdown[share.key] = min(MAX_SLOWDOWN, max(1.0, ratio))
     return slowdown
+
+
+def fair_split(demands: Sequence[int]) -> list[int]:
+    """What each demand (percent of a GPU) is measured at when they share one GPU.
+
+    All of it while they fit; beyond 100 % each its proportional part, as a time-sliced or MPS
+    GPU shares a saturated SM or memory bus (the fake NVML and the simulator model NVML so).
+    """
+    total = sum(demands)
+    return list(demands) if total <= 100 else [demand * 100 // total for demand in demands]
 
 
 def assess(readings: GpuReadings, shares: Iterable[ShareOnGpu]) -> Contention:
