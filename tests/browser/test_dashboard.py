@@ -166,7 +166,7 @@ def test_contention_panel_shows_the_contended_gpus_and_slowed_shares(
     WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#contention"))
     rows = read(browser, "#contention tr[data-gpu]", CONTENTION_ROW)
     assert rows[0][:3] == ["a100-1/2", "high", "0.60"]
-    assert rows[0][3][0] == ["nlp/finetune-0", "nlp/finetune-0 2.5×"]
+    assert rows[0][3][0] == ["nlp/finetune-0", "nlp/finetune-0 2.5\u00d7"]
     assert [gpu for gpu, *_ in rows] == ["a100-1/2", "a100-2/0"]
     assert texts(browser, "#class-share .chip") == ["dev 50%", "training 50%"]
     assert all(shown for shown in read(browser, "#contention tr[data-gpu]", visible("e")))
