@@ -110,6 +110,19 @@ class EvictionSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ContentionSpec:
+    """A GPUPool's ``spec.contention``: placement under the contention the node agents measure.
+
+    Attributes:
+        avoid_above: ``avoidAbove``: no new pod goes to a GPU whose published contention score
+            (0..1, ``docs/interference.md``) is at least this; ``None``: contention does not
+            steer placement.
+    """
+
+    avoid_above: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSpec:
     """One GPUPool.
 
@@ -126,6 +139,7 @@ class PoolSpec:
         allowed_queues: Queue names that may enter; empty means every queue.
         governance: Idle and share-duration reclaim.
         eviction: How evicted pods leave.
+        contention: Placement under measured contention.
     """
 
     name: str
@@ -138,6 +152,7 @@ class PoolSpec:
     allowed_queues: frozenset[str] = field(default_factory=frozenset)
     governance: GovernanceSpec = field(default_factory=GovernanceSpec)
     eviction: EvictionSpec = field(default_factory=EvictionSpec)
+    contention: ContentionSpec = field(default_factory=ContentionSpec)
 
     def admits_kind(self, kind: RequestKind) -> bool:
         """Whether the pool's mode accepts a request of this shape (CPU-only pods always)."""

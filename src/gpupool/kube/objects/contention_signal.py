@@ -102,3 +102,29 @@ def read_contention(annotations: Mapping[str, str], node: str) -> ContentionSign
     except ContentionSignalError as error:
         log.warning("node %s: %s", node, error)
         return None
+
+
+def published_scores(annotations: Mapping[str, str], node: str) -> tuple[tuple[int, float], ...]:
+    """The contended GPUs' ``(index, score)``, in index order, scores rounded to 0.01.
+
+    Rounded because the agent republishes every period, and a score moving in its third decimal
+    must not make the scheduler rebuild the node each time (nor its ``sampledAt``: placement
+    reads only this).
+    """
+    signal = read_contention(annotations, node)
+    if signal is None:
+        return ()
+    return tuple((index, round(entry.score, 2)) for index, entry in sorted(signal.gpus.items()))
+
+
+def contention_scores(annotations: Mapping[str, str], node: str, count: int) -> tuple[float, ...]:
+    """Each of the node's ``count`` GPUs' published score, for placement (empty: none contended).
+
+    A GPU index the node does not have is ignored (the annotation is the agent's; placement is
+    better off without it than refusing the node).
+    """
+    scores = [0.0] * count
+    for index, score in published_scores(annotations, node):
+        if index < count:
+            scores[index] = score
+    return tuple(scores) if any(scores) else ()
