@@ -169,7 +169,8 @@ async def test_contention_an_agent_publishes_reaches_metrics_and_the_api(
 ) -> None:
     """Two shares of one GPU, one asking for 30 % and one for 90 %: the fake NVML measures them
     at 25 % and 75 %, the agent publishes the GPU as contended on its Node, and the control plane
-    shows it on /metrics and /api/v1/contention, the pods named."""
+    shows it on /metrics, /api/v1/contention, the dashboard and ``gpupool report contention``,
+    the pods named."""
     (node,) = await make_nodes(api, namespace, 1, gpus=1)
     shares = [
         gpu_pod(name, cores=50, memory_mib=1000, selector={"test": namespace}) for name in "ab"
@@ -205,6 +206,21 @@ async def test_contention_an_agent_publishes_reaches_metrics_and_the_api(
         await wait_for(shown, 30, "the contention to reach /metrics")
         text = (await http.get(f"{url}/metrics")).text
         body = (await http.get(f"{url}/api/v1/contention")).json()
+        panel = (await http.get(f"{url}/ui/live")).text
+    report = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "gpupool", "report", "contention", "--server", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert report.returncode == 0, report.stderr
+    (row,) = [line for line in report.stdout.splitlines() if f"{node.name}/0" in line]
+    assert "high" in row
+    assert f"{namespace}/a 4x" in row
+    assert f'data-gpu="{node.name}/0" data-level="high"' in panel  # the dashboard's panel
+    assert f'data-pod="{namespace}/a" data-slowdown="4.0"' in panel
     await _promtool_accepts(text)
     samples = _samples(text)
     score = _value(samples, "gpupool_gpu_contention_score", "", node=node.name, gpu="0")
