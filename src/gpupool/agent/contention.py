@@ -146,13 +146,17 @@ class ContentionTracker:
 
 
 class ContentionMetrics:
-    """The agent's contention series, on its registry."""
+    """The agent's contention series, on its registry: every sample's, per GPU and pod.
+
+    Named apart from the control plane's ``gpupool_gpu_contention_score{node,gpu}`` (the worst of
+    each publication period, contended GPUs only), so a query never mixes the two.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         from prometheus_client import Gauge
 
         self.score = Gauge(
-            "gpupool_gpu_contention_score",
+            "gpupool_gpu_sampled_contention_score",
             "Contention of the GPU in the last sample: 0 none, 1 a share gets almost nothing.",
             ("gpu_uuid",),
             registry=registry,

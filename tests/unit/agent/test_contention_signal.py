@@ -82,8 +82,8 @@ def test_a_throttled_gpu_slows_its_pods_and_is_exported() -> None:
     registry = CollectorRegistry()
     ContentionMetrics(registry).update(contention, GRANTS)
     text = generate_latest(registry).decode()
-    assert 'gpupool_gpu_contention_score{gpu_uuid="GPU-n-0"} 0.5' in text
-    assert 'gpupool_gpu_contention_score{gpu_uuid="GPU-n-1"} 0.0' in text
+    assert 'gpupool_gpu_sampled_contention_score{gpu_uuid="GPU-n-0"} 0.5' in text
+    assert 'gpupool_gpu_sampled_contention_score{gpu_uuid="GPU-n-1"} 0.0' in text
     assert (
         'gpupool_pod_gpu_slowdown_ratio{gpu_uuid="GPU-n-0",namespace="team",pod="serve",'
         f'pod_uid="{SERVE}"}} 2.0'
