@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpupool.core.contention import (
     ContentionLevel,
@@ -159,3 +161,32 @@ def test_share_of_contention_counts_only_shares_on_contended_gpus() -> None:
         "training": 0.5,
     }
     assert contention_share_by_class([("dev", 0.1)]) == {}
+
+
+percent = st.floats(0, 100, allow_nan=False)
+
+
+@given(
+    readings=st.builds(
+        GpuReadings,
+        percent,
+        percent,
+        st.integers(0, 0x1FF),
+        st.integers(0, 2000),
+        st.integers(0, 2000),
+    ),
+    shares=st.lists(
+        st.builds(ShareOnGpu, st.text(min_size=1, max_size=4), percent, st.none() | percent),
+        max_size=6,
+        unique_by=lambda share: share.key,
+    ),
+)
+def test_any_readings_give_a_bounded_score_and_slowdowns_no_faster_than_alone(
+    readings: GpuReadings, shares: list[ShareOnGpu]
+) -> None:
+    result = assess(readings, shares)
+    assert 0.0 <= result.score <= 1.0
+    assert result.level is level_of(result.score)
+    assert set(result.slowdown) == {share.key for share in shares}
+    assert all(1.0 <= ratio <= 16.0 * 16.0 for ratio in result.slowdown.values())
+    assert (result.level is NONE) or result.reasons  # a level is never given without a why
