@@ -151,3 +151,22 @@ def test_the_demos_chart_draws_its_simulated_hours(browser: WebDriver) -> None:
     for line in cost["teams"]:  # the hours add up to each team's total
         summed = sum(bucket["gpu_hours"].get(line["team"], 0.0) for bucket in buckets)
         assert abs(summed - line["gpu_hours"]) < 0.01 * len(buckets)
+
+
+CONTENTION_ROW = (
+    "[e.dataset.gpu, e.dataset.level, e.querySelector('.score').textContent.trim(),"
+    " [...e.querySelectorAll('.shares .chip')].map(c => [c.dataset.pod, c.textContent.trim()])]"
+)
+
+
+def test_contention_panel_shows_the_contended_gpus_and_slowed_shares(
+    browser: WebDriver, server: str
+) -> None:
+    browser.get(server + "/")
+    WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#contention"))
+    rows = read(browser, "#contention tr[data-gpu]", CONTENTION_ROW)
+    assert rows[0][:3] == ["a100-1/2", "high", "0.60"]
+    assert rows[0][3][0] == ["nlp/finetune-0", "nlp/finetune-0 2.5\u00d7"]
+    assert [gpu for gpu, *_ in rows] == ["a100-1/2", "a100-2/0"]
+    assert texts(browser, "#class-share .chip") == ["dev 50%", "training 50%"]
+    assert all(shown for shown in read(browser, "#contention tr[data-gpu]", visible("e")))

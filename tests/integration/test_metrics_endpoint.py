@@ -19,11 +19,20 @@ import httpx2
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpupool.agent.fakenvml import FakeNvml
+from gpupool.agent.handoff import HandoffConfig
+from gpupool.agent.nvml import ProcessUsage
+from gpupool.agent.service import Agent, AgentConfig
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.client.api import KubeAPI
 
 from .live_helpers import (
+    NoKubelet,
     SchedulerProcesses,
+    create_pods,
+    gpu_pod,
+    list_pods,
+    make_nodes,
     two_bound_one_pending,
     wait_for,
 )
@@ -43,6 +52,19 @@ def _promtool() -> Path:
             f"promtool not found at {path}: run scripts/install-promtool.sh (make test does)"
         )
     return path
+
+
+async def _promtool_accepts(text: str) -> None:
+    lint = await asyncio.to_thread(
+        subprocess.run,
+        [str(_promtool()), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert lint.stdout + lint.stderr == ""  # not even a lint warning
 
 
 def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -112,16 +134,7 @@ async def test_metrics_health_and_readiness_of_leader_and_standby(
     assert _value(standby, "leader") == 0
     assert _value(standby, "binds_total") == 0
 
-    lint = await asyncio.to_thread(
-        subprocess.run,
-        [str(_promtool()), "check", "metrics"],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert lint.returncode == 0, lint.stdout + lint.stderr
-    assert lint.stdout + lint.stderr == ""  # not even a lint warning
+    await _promtool_accepts(text)
 
 
 def test_a_taken_http_address_fails_the_process_naming_it(
@@ -149,3 +162,77 @@ def test_a_taken_http_address_fails_the_process_naming_it(
     assert done.returncode == 1
     assert f"error: --http-address {address}: Address already in use" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_contention_an_agent_publishes_reaches_metrics_and_the_api(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses, tmp_path: Path
+) -> None:
+    """Two shares of one GPU, one asking for 30 % and one for 90 %: the fake NVML measures them
+    at 25 % and 75 %, the agent publishes the GPU as contended on its Node, and the control plane
+    shows it on /metrics, /api/v1/contention, the dashboard and ``gpupool report contention``,
+    the pods named."""
+    (node,) = await make_nodes(api, namespace, 1, gpus=1)
+    shares = [
+        gpu_pod(name, cores=50, memory_mib=1000, selector={"test": namespace}) for name in "ab"
+    ]
+    await create_pods(api, namespace, shares)
+    schedulers.start("one", args=("--insecure-local",))
+    url = await schedulers.http_url("one")
+
+    async def bound() -> bool:
+        return all(p["spec"].get("nodeName") for p in await list_pods(api, namespace))
+
+    await wait_for(bound, 60, "both shares bound")
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await list_pods(api, namespace)}
+    for pid, name in ((101, "a"), (102, "b")):  # the processes' cgroups name their pods
+        (tmp_path / "proc" / str(pid)).mkdir(parents=True)
+        (tmp_path / "proc" / str(pid) / "cgroup").write_text(f"0::/kubepods/pod{uids[name]}/c\n")
+    nvml = FakeNvml.preset("h100", node.name)
+    gpu = f"GPU-{node.name}-0"
+    nvml.set_processes(gpu, [ProcessUsage(gpu, 101, 1000, 30), ProcessUsage(gpu, 102, 1000, 90)])
+    config = AgentConfig(
+        HandoffConfig(node.name, tmp_path / "cdi", tmp_path / "state"), proc_root=tmp_path / "proc"
+    )
+    agent = Agent(config, nvml, api, NoKubelet())
+    await agent.sample()
+    await agent.publish_usage()
+
+    async with httpx2.AsyncClient(timeout=10) as http:
+
+        async def shown() -> bool:
+            text = (await http.get(f"{url}/metrics")).text
+            return "gpupool_share_slowdown_ratio{" in text
+
+        await wait_for(shown, 30, "the contention to reach /metrics")
+        text = (await http.get(f"{url}/metrics")).text
+        body = (await http.get(f"{url}/api/v1/contention")).json()
+        panel = (await http.get(f"{url}/ui/live")).text
+    report = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "gpupool", "report", "contention", "--server", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert report.returncode == 0, report.stderr
+    (row,) = [line for line in report.stdout.splitlines() if f"{node.name}/0" in line]
+    assert "high" in row
+    assert f"{namespace}/a 4x" in row
+    assert f'data-gpu="{node.name}/0" data-level="high"' in panel  # the dashboard's panel
+    assert f'data-pod="{namespace}/a" data-slowdown="4.0"' in panel
+    await _promtool_accepts(text)
+    samples = _samples(text)
+    score = _value(samples, "gpupool_gpu_contention_score", "", node=node.name, gpu="0")
+    assert score == 0.75  # a gets a quarter of what it could use: it loses three quarters
+    slowed = {"namespace": namespace, "node": node.name, "gpu": "0"}
+    assert _value(samples, "gpupool_share_slowdown_ratio", "", pod="a", **slowed) == 4.0
+    assert _value(samples, "gpupool_share_slowdown_ratio", "", pod="b", **slowed) == 1.333
+    (contended,) = body["gpus"]
+    assert (contended["node"], contended["gpu"], contended["uuid"]) == (node.name, 0, gpu)
+    assert contended["level"] == "high"
+    assert [(s["pod"], s["slowdown"]) for s in contended["shares"]] == [
+        (f"{namespace}/a", 4.0),
+        (f"{namespace}/b", 1.333),
+    ]
+    assert body["class_share"] == {"": 1.0}  # neither pod names a class

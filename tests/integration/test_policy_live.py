@@ -12,6 +12,7 @@ tests show a budget is honoured.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from typing import Any
 
@@ -351,6 +352,44 @@ async def test_mig_slices_are_placed_in_a_mig_pool(
             assert record is not None
             assert (record["kind"], record["migProfile"]) == ("mig", "1g.10gb")
             assert record["pool"] == f"{ns}-mig"
+
+
+async def test_a_pool_avoiding_contention_uses_the_calm_gpu_and_says_why_a_pod_waits(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    await install_crds(api)
+    ns = namespace
+    sel = {"test": ns}
+    (node,) = await make_nodes(api, ns, 1, gpus=2)
+    pool = {"mode": "Shared", "nodeSelector": sel, "contention": {"avoidAbove": 0.5}}
+    await _apply(api, "GPUPool", f"{ns}-calm", pool)
+
+    async def agent_reports(gpus: Json) -> None:  # as the node's agent publishes it
+        value = {"sampledAt": "2026-12-06T00:00:00Z", "gpus": gpus}
+        annotations = {"gpupool.io/gpu-contention": json.dumps(value)}
+        await api.patch(f"/api/v1/nodes/{node.name}", {"metadata": {"annotations": annotations}})
+
+    await agent_reports({"0": {"level": "high", "score": 0.8, "reasons": ["SM saturated"]}})
+    await create_pods(api, ns, [_pod("first", sel, cores=60, memory_mib=1000)])
+    schedulers.start("solo")
+    await wait_for(lambda: _bound(api, ns, {"first"}), 60, "the first share bound")
+    first = pod_allocation((await _by_name(api, ns))["first"])
+    assert first is not None
+    assert [gpu["index"] for gpu in first["gpus"]] == [1]  # GPU 0 is free but contended
+
+    await create_pods(api, ns, [_pod("second", sel, cores=60, memory_mib=1000)])
+
+    async def told() -> bool:  # its node counted under the contention, not as full
+        return "1 node(s) had room only on GPUs under contention" in await _reason(
+            api, ns, "second"
+        )
+
+    await wait_for(told, 60, "the second share to wait on the contention")
+    await agent_reports({})  # the contention ended: the waiting share takes GPU 0
+    await wait_for(lambda: _bound(api, ns, {"second"}), 60, "the second share bound")
+    second = pod_allocation((await _by_name(api, ns))["second"])
+    assert second is not None
+    assert [gpu["index"] for gpu in second["gpus"]] == [0]
 
 
 DEDICATED = {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}

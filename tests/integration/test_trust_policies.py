@@ -344,6 +344,7 @@ async def test_an_agent_token_changes_only_its_own_node(
             "gpupool.io/handoff-refused": '{"share": "x"}',
             "gpupool.io/gpu-nvlink-domains": "0,1",  # its GPUs' topology, which placement reads
             "gpupool.io/gpu-numa-nodes": "0,1",
+            "gpupool.io/gpu-contention": '{"sampledAt": "x", "gpus": {}}',  # what it measured
         }
         await agent.patch(f"/api/v1/nodes/{node_a}", {"metadata": {"annotations": owned}})
         # ...but nothing else of it: a label (it could select the node into a pool), a taint,

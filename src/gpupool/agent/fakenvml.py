@@ -5,8 +5,14 @@ It models the devices the project targets (8x H100, 8x H200, 8x A100 with MIG on
 (``GPU-<node>-<index>``, as the dev cluster's fake nodes use), so the inventory, the device
 plugin, the hand-off and telemetry run unchanged in tests, the dev cluster and the demo. Tests
 script it: processes and their usage (memory held, SM and memory-controller utilisation, as
-NVML's per-process samples carry them), XID events, GPUs appearing or breaking; an agent in a
-pod is scripted through a file (:mod:`gpupool.agent.fakescript`).
+NVML's per-process samples carry them), XID events, GPUs appearing or breaking, clock throttling;
+an agent in a pod is scripted through a file (:mod:`gpupool.agent.fakescript`).
+
+Contention is modelled as a time-sliced or MPS GPU behaves: a scripted process's ``sm_percent``
+is what it would use alone (its demand), and when the processes of one GPU ask for more than
+100 % between them the GPU saturates at 100 % and each gets its proportional part (two asking
+for 80 % each are measured at 50 %); the memory controller likewise. Throttling lowers the SM
+clock from the board's maximum and sets NVML's clocks-event reasons.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import replace
 
-from gpupool.agent.fakescript import ScriptFile
+from gpupool.agent.fakescript import NO_THROTTLE, ScriptFile, Throttle
 from gpupool.agent.nvml import (
     APPLICATION_XIDS,
     GpuDevice,
@@ -24,6 +30,7 @@ from gpupool.agent.nvml import (
     MigDevice,
     ProcessUsage,
 )
+from gpupool.core.contention import fair_split
 
 # model, memory MiB (what NVML reports on the real boards)
 _MODELS = {
@@ -36,6 +43,8 @@ PRESETS = ("h100", "h100-islands", "h200", "a100-mig", "t4")
 """``h100``: eight GPUs on one NVSwitch (one NVLink domain); ``h100-islands``: eight GPUs in two
 NVLink islands of four (GPUs 0-3 and 4-7 reach each other only over PCIe). Every preset is a
 two-socket host: the first half of its GPUs on NUMA node 0, the second on node 1."""
+# the highest SM clock, MHz (the boards' boost clocks)
+_MAX_SM_CLOCK = {"H100": 1980, "H200": 1980, "A100": 1410, "T4": 1590}
 # NVML's full names, and whether the board supports MIG
 _PRODUCTS = {
     "H100": ("NVIDIA H100 80GB HBM3", True),
@@ -89,14 +98,26 @@ def preset_devices(preset: str, node: str) -> tuple[GpuDevice, ...]:
     return tuple(devices)
 
 
-def _device_usage(uuid: str, processes: tuple[ProcessUsage, ...]) -> GpuUsage:
-    """What NVML reports for a GPU running ``processes``: the device sums what they use."""
+def _device_usage(
+    device: GpuDevice, processes: tuple[ProcessUsage, ...], throttle: Throttle
+) -> GpuUsage:
+    """What NVML reports for a GPU running ``processes`` (their demands; see the module)."""
+    sm = fair_split([p.sm_percent for p in processes])
+    busy = fair_split([p.memory_busy_percent for p in processes])
+    measured = tuple(
+        replace(p, sm_percent=s, memory_busy_percent=b)
+        for p, s, b in zip(processes, sm, busy, strict=True)
+    )
+    top = _MAX_SM_CLOCK.get(device.model, 0)
     return GpuUsage(
-        gpu_uuid=uuid,
+        gpu_uuid=device.uuid,
         memory_used_mib=sum(p.memory_mib for p in processes),
         sm_percent=min(100, sum(p.sm_percent for p in processes)),
-        processes=processes,
+        processes=measured,
         memory_busy_percent=min(100, sum(p.memory_busy_percent for p in processes)),
+        throttle_reasons=throttle.reasons,
+        sm_clock_mhz=throttle.sm_clock_mhz or top,
+        max_sm_clock_mhz=top,
     )
 
 
@@ -111,6 +132,7 @@ class FakeNvml:
         self._lock = threading.Lock()
         self._devices = tuple(devices)
         self._processes: dict[str, tuple[ProcessUsage, ...]] = {}
+        self._throttles: dict[str, Throttle] = {}
         self._xids: queue.Queue[tuple[str, int]] = queue.Queue()
         self._script: ScriptFile | None = None
         self._raised = 0  # the script's XIDs already raised
@@ -136,6 +158,11 @@ class FakeNvml:
         with self._lock:
             self._processes[gpu_uuid] = tuple(processes)
 
+    def set_throttle(self, gpu_uuid: str, throttle: Throttle) -> None:
+        """Script one GPU's clock throttling from now on (:data:`NO_THROTTLE` ends it)."""
+        with self._lock:
+            self._throttles[gpu_uuid] = throttle
+
     def follow(self, script: ScriptFile) -> None:
         """Take processes and XIDs from ``script`` from now on (an agent run in a pod)."""
         self._script = script
@@ -147,6 +174,7 @@ class FakeNvml:
         script = self._script.read()
         with self._lock:
             self._processes = dict(script.processes)
+            self._throttles = dict(script.throttles)
             fresh = script.xids[self._raised :]
             self._raised = len(script.xids)
         for event in fresh:
@@ -157,7 +185,11 @@ class FakeNvml:
         self._read_script()
         with self._lock:
             return tuple(
-                _device_usage(device.uuid, self._processes.get(device.uuid, ()))
+                _device_usage(
+                    device,
+                    self._processes.get(device.uuid, ()),
+                    self._throttles.get(device.uuid, NO_THROTTLE),
+                )
                 for device in self._devices
             )
 

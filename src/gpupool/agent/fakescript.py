@@ -9,13 +9,16 @@ agent's state folder (a host path only root on the node writes, like the driver'
 
     {"processes": {"GPU-node-0": [{"pid": 4242, "memory_mib": 2048, "sm_percent": 60,
                                    "memory_busy_percent": 10}]},
-     "xids": [{"gpu": "GPU-node-3", "xid": 79}]}
+     "xids": [{"gpu": "GPU-node-3", "xid": 79}],
+     "throttles": {"GPU-node-1": {"reasons": 4, "sm_clock_mhz": 1320}}}
 
 ``processes`` is what runs on each GPU now (a GPU left out runs nothing), with real host PIDs:
 the agent maps them to pods through ``/proc/<pid>/cgroup`` exactly as it does NVML's. ``xids``
 only grows: each entry is raised once, in order, as the driver raises an event once; an agent
 that restarts reads the list again, so a GPU that broke stays broken (as a GPU that fell off
-the bus does). A file that does not parse is reported, naming the field, and the last good
+the bus does). ``throttles`` is each throttled GPU's NVML clocks-event reasons bitmask (4: power
+cap, 64: hardware thermal slowdown) and its SM clock now (0: the board's maximum). A file that
+does not parse is reported, naming the field, and the last good
 script stays in force: a typo must not make every GPU look idle or healthy.
 """
 
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,16 +43,34 @@ class ScriptError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Throttle:
+    """One GPU's clock throttling.
+
+    Attributes:
+        reasons: NVML's clocks-event reasons bitmask (0: not throttled).
+        sm_clock_mhz: The SM clock now; 0 for the board's maximum.
+    """
+
+    reasons: int = 0
+    sm_clock_mhz: int = 0
+
+
+NO_THROTTLE = Throttle()
+
+
+@dataclass(frozen=True, slots=True)
 class FakeScript:
     """What the file says.
 
     Attributes:
         processes: Per GPU UUID, what runs on it.
         xids: Every XID event so far, in order: (GPU UUID, XID).
+        throttles: Per GPU UUID, its throttling (a GPU left out runs at full clock).
     """
 
     processes: dict[str, tuple[ProcessUsage, ...]]
     xids: tuple[tuple[str, int], ...]
+    throttles: dict[str, Throttle] = field(default_factory=dict)
 
 
 def _count(entry: dict[str, Any], key: str, where: str, *, limit: int | None = None) -> int:
@@ -83,6 +104,23 @@ def _xid(entry: object, where: str) -> tuple[str, int]:
     return entry["gpu"], _count(entry, "xid", where)
 
 
+def _throttles(document: dict[str, Any]) -> dict[str, Throttle]:
+    by_gpu = document.get("throttles", {})
+    if not isinstance(by_gpu, dict):
+        raise ScriptError("throttles: expected an object of GPU UUID to its throttling")
+    throttles = {}
+    for gpu, entry in by_gpu.items():
+        where = f"throttles.{gpu}"
+        if not isinstance(entry, dict):
+            raise ScriptError(f"{where}: expected an object with reasons, sm_clock_mhz")
+        unknown = set(entry) - {"reasons", "sm_clock_mhz"}
+        if unknown:
+            raise ScriptError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        reasons = _count(entry, "reasons", where)
+        throttles[gpu] = Throttle(reasons, _count(entry, "sm_clock_mhz", where))
+    return throttles
+
+
 def parse_script(text: str) -> FakeScript:
     """Read a script file's text.
 
@@ -94,8 +132,8 @@ def parse_script(text: str) -> FakeScript:
     except json.JSONDecodeError as error:
         raise ScriptError(f"not JSON: {error}") from None
     if not isinstance(document, dict):
-        raise ScriptError("expected an object with processes and xids")
-    unknown = set(document) - {"processes", "xids"}
+        raise ScriptError("expected an object with processes, xids and throttles")
+    unknown = set(document) - {"processes", "xids", "throttles"}
     if unknown:
         raise ScriptError(f"unknown field(s) {', '.join(sorted(unknown))}")
     by_gpu = document.get("processes", {})
@@ -110,7 +148,11 @@ def parse_script(text: str) -> FakeScript:
     xids = document.get("xids", [])
     if not isinstance(xids, list):
         raise ScriptError("xids: expected a list")
-    return FakeScript(processes, tuple(_xid(e, f"xids[{i}]") for i, e in enumerate(xids)))
+    return FakeScript(
+        processes,
+        tuple(_xid(e, f"xids[{i}]") for i, e in enumerate(xids)),
+        _throttles(document),
+    )
 
 
 class ScriptFile:

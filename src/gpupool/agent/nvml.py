@@ -97,6 +97,12 @@ class GpuUsage:
         processes: Per-process usage.
         memory_busy_percent: Device memory utilisation rate (percent of time device memory was
             read or written, by any process).
+        throttle_reasons: NVML's clocks-event (throttle) reasons bitmask; 0 when none or
+            unknown.
+        sm_clock_mhz: The current SM clock; 0 when unknown.
+        max_sm_clock_mhz: The highest SM clock; 0 when unknown.
+        process_samples: Whether NVML gives per-process utilisation on this GPU (a driver or
+            mode without it reports every process at 0 %, which is not idleness).
     """
 
     gpu_uuid: str
@@ -104,6 +110,10 @@ class GpuUsage:
     sm_percent: int
     processes: tuple[ProcessUsage, ...] = field(default=())
     memory_busy_percent: int = 0
+    throttle_reasons: int = 0
+    sm_clock_mhz: int = 0
+    max_sm_clock_mhz: int = 0
+    process_samples: bool = True
 
 
 class Nvml(Protocol):
@@ -248,8 +258,9 @@ class RealNvml:
                         memory[process.pid] = max(memory.get(process.pid, 0), used // _MIB)
                 except nvml.NVMLError:
                     continue
-            sm, busy = self._process_utilisation(handle, uuid)
+            sm, busy, sampled = self._process_utilisation(handle, uuid)
             rates = nvml.nvmlDeviceGetUtilizationRates(handle)
+            reasons, clock, top = self._clocks(handle)
             result.append(
                 GpuUsage(
                     gpu_uuid=uuid,
@@ -262,13 +273,41 @@ class RealNvml:
                         for pid in sorted(set(memory) | set(sm))
                     ),
                     memory_busy_percent=int(rates.memory),
+                    throttle_reasons=reasons,
+                    sm_clock_mhz=clock,
+                    max_sm_clock_mhz=top,
+                    process_samples=sampled,
                 )
             )
         return tuple(result)
 
-    def _process_utilisation(self, handle: Any, uuid: str) -> tuple[dict[int, int], dict[int, int]]:
+    def _clocks(self, handle: Any) -> tuple[int, int, int]:
+        """The throttle reasons bitmask, the SM clock and its maximum (0 for what is unknown).
+
+        ``nvmlDeviceGetCurrentClocksEventReasons`` is the r535+ name of
+        ``...ClocksThrottleReasons``; a binding may have either, or neither.
+        """
+        nvml = self._nvml
+        reasons_of = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+        try:
+            reasons = int(reasons_of(handle)) if reasons_of is not None else 0
+        except nvml.NVMLError:  # not supported on this GPU
+            reasons = 0
+        try:
+            clock = int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
+            top = int(nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM))
+        except (AttributeError, nvml.NVMLError):
+            clock = top = 0
+        return reasons, clock, top
+
+    def _process_utilisation(
+        self, handle: Any, uuid: str
+    ) -> tuple[dict[int, int], dict[int, int], bool]:
         """Per PID, the highest SM and memory utilisation of the samples since the last call.
 
+        The third value says whether NVML gives such samples on this GPU at all.
         NVML keeps one sample per process per driver sample period (1/6 s to 1 s, by product)
         and returns those newer than the timestamp passed, so nothing between two calls is
         missed and nothing is counted twice.
@@ -276,7 +315,11 @@ class RealNvml:
         nvml = self._nvml
         try:
             samples = nvml.nvmlDeviceGetProcessUtilization(handle, self._last_sample.get(uuid, 0))
-        except nvml.NVMLError:  # NOT_FOUND or zero samples: idle
+        except AttributeError:  # a binding without the call
+            return {}, {}, False
+        except nvml.NVMLError as error:  # NOT_FOUND or zero samples: idle
+            if getattr(error, "value", None) == nvml.NVML_ERROR_NOT_SUPPORTED:
+                return {}, {}, False
             samples = []
         sm: dict[int, int] = {}
         busy: dict[int, int] = {}
@@ -284,7 +327,7 @@ class RealNvml:
             sm[sample.pid] = max(sm.get(sample.pid, 0), int(sample.smUtil))
             busy[sample.pid] = max(busy.get(sample.pid, 0), int(sample.memUtil))
             self._last_sample[uuid] = max(self._last_sample.get(uuid, 0), sample.timeStamp)
-        return sm, busy
+        return sm, busy, True
 
     def wait_xid(self, timeout_ms: int) -> tuple[str, int] | None:
         """Block up to ``timeout_ms`` for a critical XID; marks that GPU unhealthy."""

@@ -15,9 +15,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import msgspec
-
+from gpupool.agent.api_reads import ApiClaims, ApiPods
 from gpupool.agent.board import DeviceBoard
+from gpupool.agent.contention import (
+    ContentionMetrics,
+    ContentionTracker,
+    assess_gpus,
+    shares_on_gpus,
+)
 from gpupool.agent.devices import advertised
 from gpupool.agent.dra_plugin import DraPluginHost
 from gpupool.agent.dra_prepare import ClaimPreparer
@@ -39,11 +44,14 @@ from gpupool.agent.telemetry import (
     tracked_pods,
 )
 from gpupool.kube.client.api import ApiError, KubeAPI
-from gpupool.kube.objects.dra import API_PREFIX, ResourceClaim
+from gpupool.kube.objects.contention_signal import encode_contention
 from gpupool.kube.objects.handoff_refusals import encode as encode_refusals
-from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.usage_signal import encode_usage
-from gpupool.kube.objects.vocabulary import ANNOTATION_GPU_USAGE, ANNOTATION_HANDOFF_REFUSED
+from gpupool.kube.objects.vocabulary import (
+    ANNOTATION_GPU_CONTENTION,
+    ANNOTATION_GPU_USAGE,
+    ANNOTATION_HANDOFF_REFUSED,
+)
 from gpupool.policy.membership import GpuSharing
 from gpupool.retry import Backoff, retry
 
@@ -104,41 +112,6 @@ class AgentConfig:
     key_period: float = 300.0
 
 
-class ApiPods:
-    """Pods read from the API server (the hand-off's :class:`~.handoff.PodSource`)."""
-
-    def __init__(self, api: KubeAPI) -> None:
-        self._api = api
-
-    async def get(self, namespace: str, name: str) -> PodRecord | None:
-        """The pod, or None if it does not exist."""
-        try:
-            body = await self._api.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
-        except ApiError as error:
-            if error.status == 404:
-                return None
-            raise
-        return msgspec.json.decode(body, type=PodRecord)
-
-
-class ApiClaims:
-    """ResourceClaims read from the API server (the preparer's claim source)."""
-
-    def __init__(self, api: KubeAPI) -> None:
-        self._api = api
-
-    async def get(self, namespace: str, name: str) -> ResourceClaim | None:
-        """The claim, or None if it does not exist."""
-        path = f"{API_PREFIX}/namespaces/{namespace}/resourceclaims/{name}"
-        try:
-            body = await self._api.request("GET", path)
-        except ApiError as error:
-            if error.status == 404:
-                return None
-            raise
-        return msgspec.json.decode(body, type=ResourceClaim)
-
-
 class Agent:
     """One node's agent.
 
@@ -189,6 +162,8 @@ class Agent:
         )
         self.metrics = AgentMetrics()
         self.usage = UsageTracker()
+        self.contention = ContentionTracker()
+        self.contention_metrics = ContentionMetrics(self.metrics.registry)
         self._publisher = NodePublisher(
             api, config.handoff.node, allocatable=config.publish_allocatable
         )
@@ -245,23 +220,32 @@ class Agent:
         self._slice_read_at = time.monotonic()
 
     async def sample(self) -> None:
-        """One usage sample: metrics and the idle tracker."""
+        """One usage sample: metrics, the idle tracker and each GPU's contention."""
         usage = self.nvml.usage()
         pods = attribute(usage, lambda pid: pod_uid_of(pid, self.config.proc_root))
         grants = self.handoff.grants()
-        self.metrics.update(self.nvml.devices(), usage, pods, grants)
+        devices = self.nvml.devices()
+        self.metrics.update(devices, usage, pods, grants)
         claimed = (gpu.uuid for claim in self.preparer.grants() for gpu in claim.gpus)
         tracked = tracked_pods((grant.pod_uid for grant in grants), claimed, pods)
-        self.usage.update(tracked, pods, time.time())
+        now = time.time()
+        self.usage.update(tracked, pods, now)
+        contention = assess_gpus(usage, shares_on_gpus(grants, pods), pods)
+        self.contention.update(devices, usage, contention, now)
+        self.contention_metrics.update(contention, grants)
 
     async def publish_usage(self) -> None:
-        """Write the idle signal on the Node."""
-        value = encode_usage(self.usage.signal(self.config.usage_period))
+        """Write the idle and the contention signals on the Node (one write)."""
+        period = self.config.usage_period
+        annotations = {
+            ANNOTATION_GPU_USAGE: encode_usage(self.usage.signal(period)),
+            ANNOTATION_GPU_CONTENTION: encode_contention(self.contention.signal(period)),
+        }
         await self.api.patch(
-            f"/api/v1/nodes/{self.config.handoff.node}",
-            {"metadata": {"annotations": {ANNOTATION_GPU_USAGE: value}}},
+            f"/api/v1/nodes/{self.config.handoff.node}", {"metadata": {"annotations": annotations}}
         )
         self.usage.published()
+        self.contention.published()
 
     async def watch_xids(self) -> None:
         """Refresh the inventory as soon as NVML reports a critical XID."""

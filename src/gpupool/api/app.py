@@ -29,6 +29,7 @@ from starlette.types import ASGIApp
 
 from gpupool.api import records, view
 from gpupool.api.auth import API_AUDIENCE, Authorizer, ClusterAuthorizer, RequireReader
+from gpupool.api.contention import Contention, contention
 from gpupool.api.dashboard import add_dashboard
 from gpupool.api.explain import NotPendingError, explain
 from gpupool.api.model import (
@@ -135,6 +136,12 @@ def _cluster_routes(cluster_view: ClusterView, answer: Answer) -> APIRouter:
         """Every node with its GPUs and each GPU's shares (cluster-wide)."""
         await _cluster_wide(request, "/api/v1/nodes")
         return await answer(view.nodes, list[Node], reuse="nodes")
+
+    @router.get("/api/v1/contention", tags=["cluster"], response_model=Contention)
+    async def get_contention(request: Request) -> Response:
+        """Contended GPUs, the shares slowed on them and each class's part (cluster-wide)."""
+        await _cluster_wide(request, "/api/v1/contention")
+        return await answer(contention, Contention)
 
     @router.get("/api/v1/pending", tags=["pods"], response_model=list[PendingPod])
     async def get_pending(request: Request, namespace: NamespaceQuery) -> Response:

@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
 
 from gpupool.api import records, view
+from gpupool.api.contention import contention
 from gpupool.api.model import Records
 from gpupool.api.records import RecordSource
 from gpupool.api.reuse import Fresh
@@ -84,6 +85,7 @@ def _live_context(cluster_view: ClusterView, actions: Records) -> dict[str, obje
         "legend": shared_teams,
         "idle": [(n.name, g.index) for n in nodes for g in n.gpus if not g.shares],
         "actions": actions,
+        "contention": contention(cluster_view),
     }
 
 

@@ -18,11 +18,13 @@ from gpupool.api.records import Namespaces
 from gpupool.api.serve import serving
 from gpupool.api.sources import DetachedView, SnapshotView
 from gpupool.api.view import PodInfo, Waiting, pools_of, queues_of, team_of
+from gpupool.core.contention import ContendedGpu
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.governance.accounting import SECONDS_PER_HOUR
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.units import MILLI_UNITS
 from gpupool.policy.usage import pool_usage, queue_usage
+from gpupool.sim.contention import simulated_contention
 from gpupool.sim.demo_session import DemoSession
 from gpupool.sim.embedded import ClusterEvent, EmbeddedCluster
 
@@ -64,6 +66,11 @@ class DemoView:
                 queue_list=_queues(cluster),
                 workloads=dict(cluster.pending),
                 compiled=cluster.policy,
+                contended=simulated_contention(
+                    cluster.snapshot,
+                    cluster.usage,
+                    {name: r.workload.workload_class for name, r in cluster.running.items()},
+                ),
             )
 
     def snapshot(self) -> ClusterSnapshot | None:
@@ -94,6 +101,10 @@ class DemoView:
     def queues(self) -> list[Queue]:
         """The demo's queues with their use."""
         return self._view().queues()
+
+    def contention(self) -> list[ContendedGpu]:
+        """The simulated contention of the demo's GPUs."""
+        return self._view().contention()
 
     def detached(self) -> DetachedView:
         """A frozen copy, taken under the session's lock."""

@@ -9,6 +9,13 @@ accepted; the numbers the browser test expects (10 GPUs, 8 shares) follow from t
 from __future__ import annotations
 
 from gpupool.api.sources import SnapshotView
+from gpupool.core.contention import (
+    AffectedShare,
+    ContendedGpu,
+    GpuReadings,
+    ShareOnGpu,
+    assess,
+)
 from gpupool.core.model import NodeSpec, PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.scheduling.wait_cause import WaitCause, WaitKind
@@ -58,9 +65,53 @@ UUIDS = {
 }
 
 
+POWER_CAP = 0x4
+"""NVML's clocks-event reason for a GPU held under its power limit."""
+MEASURED = (
+    # (node, GPU, readings, (pod, cap %, measured SM %, class) per share)
+    (
+        "a100-1",
+        2,
+        GpuReadings(100, 96),
+        (("nlp/finetune-0", 50, 20, "training"), ("nlp/finetune-1", 50, 80, "training")),
+    ),
+    (
+        "a100-2",
+        0,
+        GpuReadings(40, 20, POWER_CAP, sm_clock_mhz=1128, max_sm_clock_mhz=1410),
+        (("research/notebook-0", 25, 25, "dev"), ("research/notebook-1", 25, 15, "dev")),
+    ),
+)
+"""What the example's agents measured: two fine-tunes fighting over a saturated GPU (high), two
+notebooks on a power-capped one (low)."""
+
+
+def example_contention() -> tuple[ContendedGpu, ...]:
+    """The example's contended GPUs, assessed by the real model from :data:`MEASURED`."""
+    found = []
+    for node, index, readings, shares in MEASURED:
+        result = assess(readings, [ShareOnGpu(pod, cap, sm) for pod, cap, sm, _ in shares])
+        found.append(
+            ContendedGpu(
+                node,
+                index,
+                result.level,
+                result.score,
+                result.reasons,
+                tuple(AffectedShare(p, c, result.slowdown[p]) for p, _, _, c in shares),
+                UUIDS[node][index],
+                readings.sm_percent,
+                readings.memory_busy_percent,
+            )
+        )
+    return tuple(found)
+
+
 def example_view(source: str = "example") -> SnapshotView:
     """A fresh view of the example cluster."""
     snapshot = ClusterSnapshot(NODES)
     for pod, node, gpus in PLACED:
         snapshot.bind(pod, snapshot.node_index[node], gpus)
-    return SnapshotView(snapshot, WAITING, uuids=UUIDS, source=source)
+    return SnapshotView(
+        snapshot, WAITING, uuids=UUIDS, source=source, contended=example_contention()
+    )

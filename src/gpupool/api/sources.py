@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from gpupool.api.model import Pool, Queue
 from gpupool.api.view import PodInfo, Waiting, pools_of, queues_of, team_of
 from gpupool.core.constraints import RequiredTerms
+from gpupool.core.contention import ContendedGpu
 from gpupool.core.model import PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.kube.objects.records import PodRecord
@@ -31,6 +32,7 @@ from gpupool.kube.policy.book import workload_of
 from gpupool.kube.policy.status import pending_queue_indexes
 from gpupool.kube.scheduler.claim_ledger import claim_payers
 from gpupool.kube.scheduler.claims import claim_key
+from gpupool.kube.scheduler.contention_view import live_contention
 from gpupool.kube.scheduler.intake import pod_order
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.kube.scheduler.volume_binding import volume_groups, with_groups
@@ -57,10 +59,15 @@ class DetachedView:
     pool_list: Sequence[Pool] = ()
     queue_list: Sequence[Queue] = ()
     compiled: ClusterPolicy | None = None
+    contended: Sequence[ContendedGpu] = ()
 
     def snapshot(self) -> ClusterSnapshot | None:
         """The copied snapshot."""
         return self.cluster
+
+    def contention(self) -> list[ContendedGpu]:
+        """As it was."""
+        return list(self.contended)
 
     def policy(self) -> ClusterPolicy | None:
         """The compiled pools and queues (never changed once compiled, so shared, not copied)."""
@@ -106,6 +113,7 @@ class SnapshotView:
         queue_list: GPUQueues to report.
         workloads: The pending pods as the engine sees them, by snapshot name.
         compiled: The pools and queues compiled for the snapshot's nodes.
+        contended: The GPUs with contention.
     """
 
     cluster: ClusterSnapshot | None
@@ -117,6 +125,7 @@ class SnapshotView:
     queue_list: Sequence[Queue] = ()
     workloads: Mapping[str, Workload] = field(default_factory=dict)
     compiled: ClusterPolicy | None = None
+    contended: Sequence[ContendedGpu] = ()
 
     def snapshot(self) -> ClusterSnapshot | None:
         """The snapshot."""
@@ -142,6 +151,10 @@ class SnapshotView:
         """As given."""
         return list(self.pool_list)
 
+    def contention(self) -> list[ContendedGpu]:
+        """As given."""
+        return list(self.contended)
+
     def queues(self) -> list[Queue]:
         """As given."""
         return list(self.queue_list)
@@ -164,6 +177,7 @@ class SnapshotView:
             tuple(self.pool_list),
             tuple(self.queue_list),
             self.compiled,
+            tuple(self.contended),
         )
 
 
@@ -332,6 +346,10 @@ class LiveView:
             )
         return result
 
+    def contention(self) -> list[ContendedGpu]:
+        """From the agents' signals on the cached nodes."""
+        return live_contention(self.scheduler)
+
     def pools(self) -> list[Pool]:
         """The pools with what the leader's ledger charges in them (none on a standby)."""
         book = self.scheduler.book
@@ -367,4 +385,5 @@ class LiveView:
             tuple(self.pools()),
             tuple(self.queues()),
             compiled=self.policy(),
+            contended=tuple(self.contention()),
         )

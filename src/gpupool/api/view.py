@@ -27,6 +27,7 @@ from gpupool.api.model import (
     Share,
     Team,
 )
+from gpupool.core.contention import ContendedGpu
 from gpupool.core.model import MILLI_PER_GPU, PodSpec, RequestKind
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.policy.cluster import ClusterPolicy
@@ -126,6 +127,10 @@ class ClusterView(Protocol):
 
     def queues(self) -> list[Queue]:
         """GPUQueues with their quota use (empty until queues are configured)."""
+        ...
+
+    def contention(self) -> list[ContendedGpu]:
+        """The GPUs whose node agents measured contention (empty when none did)."""
         ...
 
     def detached(self) -> ClusterView:

@@ -20,7 +20,15 @@ from gpupool.cli.audit import audit
 from gpupool.cli.controlplane import control_plane
 from gpupool.cli.db import db_app
 from gpupool.cli.devcluster import devcluster_app
-from gpupool.cli.face import CaOption, ServerOption, TokenOption, report_teams, status, top
+from gpupool.cli.face import (
+    CaOption,
+    ServerOption,
+    TokenOption,
+    report_contention,
+    report_teams,
+    status,
+    top,
+)
 from gpupool.cli.install_crds import install_crds
 from gpupool.cli.options import SeedsError, fail, parse_seeds
 from gpupool.cli.report import report_app
@@ -50,6 +58,7 @@ app.add_typer(sim_app, name="sim")
 app.command("status")(status)
 app.command("top")(top)
 report_app.command("teams")(report_teams)
+report_app.command("contention")(report_contention)
 
 TRACE_DIR_ENV = "GPUPOOL_TRACE_DIR"
 DEFAULT_TRACE_DIR = Path("../shared/data/openb")

@@ -225,3 +225,29 @@ def report_teams(
     for team in _get(client, "/api/v1/teams"):
         now.add_row(team["name"], _gpus(team["used_units"]))
     console.print(now)
+
+
+def report_contention(
+    server: ServerOption = "", token: TokenOption = "", ca_file: CaOption = ""
+) -> None:
+    """Contended GPUs and the shares slowed on them, as the node agents measured them."""
+    body = _get(_client(server, token, ca_file), "/api/v1/contention")
+    console = Console()
+    if not body["gpus"]:
+        console.print("no GPU contention measured")
+        return
+    table = Table(title="GPU contention")
+    for column in ("GPU", "level", "score", "shares (slowdown)", "why"):
+        table.add_column(column)
+    for gpu in body["gpus"]:
+        shares = ", ".join(f"{s['pod']} {s['slowdown']:.2g}x" for s in gpu["shares"])
+        table.add_row(
+            f"{gpu['node']}/{gpu['gpu']}",
+            gpu["level"],
+            f"{gpu['score']:.2f}",
+            shares,
+            "; ".join(gpu["reasons"]),
+        )
+    console.print(table)
+    parts = ", ".join(f"{c or 'none'} {p:.0%}" for c, p in body["class_share"].items())
+    console.print(f"share of contention by class: {parts}", markup=False)

@@ -49,6 +49,8 @@ REASON_UNSCHEDULABLE = "node(s) were unschedulable"
 REASON_TAINTS = "node(s) had untolerated taint(s)"
 REASON_SELECTOR = "node(s) didn't match Pod's node affinity/selector"
 REASON_UNHEALTHY = "node(s) had room only on unhealthy GPUs"
+REASON_CONTENDED = "node(s) had room only on GPUs under contention (the pool's avoidAbove)"
+"""A pod its pool keeps off contended GPUs (:mod:`gpupool.core.contention_rules`)."""
 REASON_REFUSED = "node(s) refused a recent hand-off of this kind of request"
 MAX_CACHED_CONSTRAINTS = 1024
 """Distinct constraint sets whose masks a snapshot keeps (a stream of pods with unique selectors
@@ -93,11 +95,13 @@ def eligible_gpus(
     rows: IntArray | int | slice = _ALL,
     *,
     healthy_only: bool = True,
+    calm_only: bool = True,
 ) -> BoolArray:
     """Per node (of ``rows``) and GPU slot: can this GPU hold one of the pod's per-GPU shares?
 
     An unhealthy GPU never can (``snapshot.gpu_usable``; ``healthy_only=False`` asks about room
-    alone, for the pending reason). A whole GPU is exclusive: it needs the GPU's compute and
+    alone, for the pending reason), nor one a pool avoids for its contention (``gpu_calm``;
+    ``calm_only=False`` ignores that). A whole GPU is exclusive: it needs the GPU's compute and
     memory entirely free, so a memory-only share and a whole-GPU pod can never meet on one
     device. Once any node has a
     per-GPU pod limit or overcommit (``snapshot.sharing_limited``), a GPU also needs a free pod
@@ -106,6 +110,8 @@ def eligible_gpus(
     """
     exists = snapshot.gpu_usable if healthy_only else snapshot.gpu_exists
     ok: BoolArray = exists[rows] & (snapshot.gpu_free[rows] >= pod.gpu_milli)
+    if calm_only and snapshot.contention_limited:
+        ok &= snapshot.gpu_calm[rows]
     if pod.kind is RequestKind.WHOLE:
         ok &= snapshot.gpu_memory_free[rows] == snapshot.gpu_memory_capacity[rows]
         if snapshot.sharing_limited:
@@ -247,16 +253,27 @@ def resource_checks(snapshot: ClusterSnapshot, pod: PodSpec) -> list[NodeCheck]:
     return checks
 
 
-def _health_checks(
-    snapshot: ClusterSnapshot, pod: PodSpec, fits: BoolArray
-) -> tuple[NodeCheck, NodeCheck]:
-    """Room (as if every GPU were healthy), and health: a pod kept off unhealthy GPUs is told so.
+def _health_checks(snapshot: ClusterSnapshot, pod: PodSpec, fits: BoolArray) -> list[NodeCheck]:
+    """Room (as if every GPU were healthy and calm), then health, then contention.
 
-    Without the split, a node whose only free GPU broke would read "Insufficient
+    A pod kept off unhealthy GPUs, or off GPUs its pool avoids for their contention, is told
+    so: without the split, a node whose only free GPU broke would read "Insufficient
     gpupool.io/gpu" while the map shows a free GPU there.
     """
-    room = eligible_gpus(snapshot, pod, healthy_only=False).sum(axis=1) >= pod.gpu_count
-    return (REASON_GPU, room), (REASON_UNHEALTHY, fits | ~room)
+
+    def enough(**which: bool) -> BoolArray:
+        found: BoolArray = eligible_gpus(snapshot, pod, **which).sum(axis=1) >= pod.gpu_count
+        return found
+
+    room = enough(healthy_only=False, calm_only=False)
+    checks: list[NodeCheck] = [(REASON_GPU, room)]
+    healthy = room
+    if snapshot.unhealthy_gpus:
+        healthy = enough(calm_only=False) if snapshot.contention_limited else fits
+        checks.append((REASON_UNHEALTHY, healthy | ~room))
+    if snapshot.contention_limited:
+        checks.append((REASON_CONTENDED, fits | ~healthy))
+    return checks
 
 
 def filter_nodes(
@@ -280,7 +297,7 @@ def filter_nodes(
                 (REASON_GPU_MEMORY, (mem_ok & snapshot.gpu_exists).sum(axis=1) >= pod.gpu_count)
             )
         fits = eligible_gpus(snapshot, pod).sum(axis=1) >= pod.gpu_count
-        if snapshot.unhealthy_gpus:
+        if snapshot.unhealthy_gpus or snapshot.contention_limited:
             checks.extend(_health_checks(snapshot, pod, fits))
         else:
             checks.append((REASON_GPU, fits))

@@ -143,6 +143,8 @@ class NodeSpec:
         gpu_links: The NVLink domain of each GPU by index (GPUs of one domain are joined by
             NVLink or an NVSwitch, others only by PCIe); empty when unknown or one domain.
         gpu_numa: The host NUMA node of each GPU by index; empty when unknown or one node.
+        gpu_contention: The contention score (0..1) the node's agent last published for each
+            GPU by index (:mod:`gpupool.core.contention`); empty when none is contended.
         extra_resources: Allocatable amounts of every other resource (:data:`ExtraResources`);
             stored sorted, zero amounts dropped.
         refused_kinds: Request kinds the node's agent refused to start lately for a reason of
@@ -168,6 +170,7 @@ class NodeSpec:
     extra_resources: ExtraResources = ()
     gpu_links: tuple[int, ...] = ()
     gpu_numa: tuple[int, ...] = ()
+    gpu_contention: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         owner = f"node {self.name!r}"
@@ -188,6 +191,13 @@ class NodeSpec:
                 raise InvalidSpecError(
                     owner, name, f"one domain per GPU ({self.gpu_count}), got {len(listed)}"
                 )
+        if self.gpu_contention and (
+            len(self.gpu_contention) != self.gpu_count
+            or not all(0 <= score <= 1 for score in self.gpu_contention)
+        ):
+            raise InvalidSpecError(
+                owner, "gpu_contention", f"one score in 0..1 per GPU ({self.gpu_count})"
+            )
         for index in self.unhealthy_gpus:
             if not 0 <= index < self.gpu_count:
                 raise InvalidSpecError(

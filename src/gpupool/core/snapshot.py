@@ -92,6 +92,12 @@ class ClusterSnapshot:
         nodes: The node inventory; names must be unique.
     """
 
+    contention_limited = False
+    """True once a pool keeps new pods off contended GPUs: filters then read :attr:`gpu_calm`."""
+    gpu_calm: BoolArray
+    """GPUs calm enough for a new pod (:func:`gpupool.core.contention_rules.avoid_contention`,
+    a pool's ``spec.contention.avoidAbove``); set with :attr:`contention_limited`."""
+
     def __init__(self, nodes: Sequence[NodeSpec]) -> None:
         if not nodes:
             raise ValueError("a cluster snapshot needs at least one node")

@@ -33,6 +33,7 @@ from gpupool.policy.spec import (
     DEFAULT_RECLAIM_GRACE,
     ConsolidationMode,
     ConsolidationSpec,
+    ContentionSpec,
     EvictionSpec,
     GovernanceSpec,
     PolicyConfig,
@@ -95,7 +96,19 @@ def _pool(name: str, spec: Mapping[str, Any]) -> PoolSpec:
         governance=_governance(read, spec),
         eviction=_eviction(read, spec),
         consolidation=_consolidation(read, spec),
+        contention=_contention(read, spec),
     )
+
+
+def _contention(read: SpecReader, spec: Mapping[str, Any]) -> ContentionSpec:
+    contention = read.mapping(spec.get("contention"), "spec.contention")
+    unknown = set(contention) - {"avoidAbove"}
+    if unknown:
+        raise read.fail("spec.contention", f"unknown field(s) {', '.join(sorted(unknown))}")
+    above = contention.get("avoidAbove")
+    if above is None:
+        return ContentionSpec()
+    return ContentionSpec(read.number(above, "spec.contention.avoidAbove", 0, 1, open_low=True))
 
 
 MAX_EVICTION_GRACE = 3600

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpupool.core.contention_rules import avoid_contention
 from gpupool.core.filtering import NodeCheck
 from gpupool.core.model import NodeSpec, RequestKind
 from gpupool.core.snapshot import UNLIMITED_PODS_PER_GPU, BoolArray, ClusterSnapshot, IntArray
@@ -135,12 +136,15 @@ class PoolLayout:
         Called on a fresh snapshot, before any bind. A node two pools select is left as it is:
         no pool's mask contains it, so no GPU pod is placed there. A pool that limits nothing
         (the FGD protocol's default pool) is left as it is too, so its filters keep their
-        fastest path.
+        fastest path. A pool that avoids contention has its contended GPUs masked
+        (:func:`~gpupool.core.contention_rules.avoid_contention`).
         """
         for p, pool in enumerate(self.pools):
             members = np.flatnonzero(self.masks[p])
             if not len(members):
                 continue
+            if pool.contention.avoid_above is not None:
+                avoid_contention(snapshot, members, pool.contention.avoid_above)
             sharing = gpu_sharing(pool)
             overcommit = (sharing.compute_overcommit, sharing.memory_overcommit)
             if sharing.pods_per_gpu == UNLIMITED_PODS_PER_GPU and overcommit == (1.0, 1.0):

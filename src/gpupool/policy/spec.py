@@ -158,6 +158,19 @@ class ConsolidationSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ContentionSpec:
+    """A GPUPool's ``spec.contention``: placement under the contention the node agents measure.
+
+    Attributes:
+        avoid_above: ``avoidAbove``: no new pod goes to a GPU whose published contention score
+            (0..1, ``docs/interference.md``) is at least this; ``None``: contention does not
+            steer placement.
+    """
+
+    avoid_above: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSpec:
     """One GPUPool.
 
@@ -175,6 +188,7 @@ class PoolSpec:
         governance: Idle and share-duration reclaim.
         eviction: How evicted pods leave.
         consolidation: Moving running pods so that a waiting pod fits.
+        contention: Placement under measured contention.
     """
 
     name: str
@@ -188,6 +202,7 @@ class PoolSpec:
     governance: GovernanceSpec = field(default_factory=GovernanceSpec)
     eviction: EvictionSpec = field(default_factory=EvictionSpec)
     consolidation: ConsolidationSpec = field(default_factory=ConsolidationSpec)
+    contention: ContentionSpec = field(default_factory=ContentionSpec)
 
     def admits_kind(self, kind: RequestKind) -> bool:
         """Whether the pool's mode accepts a request of this shape (CPU-only pods always)."""

@@ -104,3 +104,30 @@ def test_bad_scripts_name_the_field(document: str, field: str) -> None:
 def test_an_empty_file_scripts_nothing() -> None:
     script = parse_script("")
     assert (script.processes, script.xids) == ({}, ())
+
+
+def test_processes_asking_for_more_than_the_gpu_each_get_their_part(
+    scripted: tuple[FakeNvml, Path],
+) -> None:
+    nvml, path = scripted
+    hungry = [
+        {"pid": 1, "sm_percent": 80, "memory_busy_percent": 90},
+        {"pid": 2, "sm_percent": 40, "memory_busy_percent": 30},
+    ]
+    _write(path, {"processes": {GPU0: hungry}, "throttles": {GPU1: {"reasons": 4}}})
+    gpu0, gpu1 = nvml.usage()[:2]
+    assert (gpu0.sm_percent, gpu0.memory_busy_percent) == (100, 100)  # saturated
+    assert [(p.sm_percent, p.memory_busy_percent) for p in gpu0.processes] == [(66, 75), (33, 25)]
+    assert (gpu0.throttle_reasons, gpu0.sm_clock_mhz, gpu0.max_sm_clock_mhz) == (0, 1980, 1980)
+    assert gpu1.throttle_reasons == 4  # power capped, at the board's clock until told otherwise
+    _write(path, {"throttles": {GPU1: {"reasons": 64, "sm_clock_mhz": 990}}})
+    gpu0, gpu1 = nvml.usage()[:2]
+    assert not gpu0.processes
+    assert (gpu1.throttle_reasons, gpu1.sm_clock_mhz) == (64, 990)
+
+
+def test_a_bad_throttle_entry_names_its_field() -> None:
+    with pytest.raises(ScriptError, match=r"throttles.GPU-n-0.sm_clock_mhz: -1 is not"):
+        parse_script(json.dumps({"throttles": {GPU0: {"reasons": 4, "sm_clock_mhz": -1}}}))
+    with pytest.raises(ScriptError, match=r"throttles.GPU-n-0: unknown field\(s\) clock"):
+        parse_script(json.dumps({"throttles": {GPU0: {"clock": 1}}}))

@@ -122,3 +122,13 @@ def test_top_refreshes_until_interrupted(server: str) -> None:
     assert process.returncode == 0, err
     assert "Traceback" not in err
     assert "vision/train-0" in out
+
+
+def test_report_contention_names_the_contended_gpus_and_slowed_shares(server: str) -> None:
+    done = run("gpupool", "report", "contention", "--server", server)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    (high,) = [line for line in lines if "a100-1/2" in line]
+    assert "high" in high
+    assert "nlp/finetune-0 2.5x" in high
+    assert "share of contention by class: dev 50%, training 50%" in done.stdout

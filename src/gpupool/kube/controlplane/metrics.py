@@ -30,7 +30,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from gpupool.governance.decisions import CLEANUP_RULES, RECLAIM_RULES, Rule
+from gpupool.kube.controlplane.contention_metrics import contention_families
 from gpupool.kube.governance.controller import GovernanceController
+from gpupool.kube.scheduler.contention_view import live_contention
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.scheduling.wait_cause import PENDING_CATEGORIES
 
@@ -134,6 +136,7 @@ class SchedulerCollector(Collector):
         )
         if self.governance is not None:
             yield from _governance_families(self.governance)
+        yield from contention_families(live_contention(scheduler))
 
 
 GOVERNANCE_PREFIX = "gpupool_governance_"

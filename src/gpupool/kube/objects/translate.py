@@ -37,6 +37,7 @@ from gpupool.core.model import (
     PodSpec,
 )
 from gpupool.kube.objects.constraint_records import NodeSelectorTerm, PreferredSchedulingTerm
+from gpupool.kube.objects.contention_signal import contention_scores
 from gpupool.kube.objects.handoff_refusals import decode as decode_refusals
 from gpupool.kube.objects.object_error import InvalidObjectError as InvalidObjectError
 from gpupool.kube.objects.object_error import at as _at
@@ -214,6 +215,7 @@ def node_spec(node: NodeRecord) -> NodeSpec:
         extra_resources=extras,
         gpu_links=per_gpu(node, ANNOTATION_GPU_LINKS, gpus),
         gpu_numa=per_gpu(node, ANNOTATION_GPU_NUMA, gpus),
+        gpu_contention=contention_scores(node.metadata.annotations, node.key, gpus),
     )
 
 

@@ -68,6 +68,11 @@ ANNOTATION_GPU_USAGE = "gpupool.io/gpu-usage"
 """Node annotation written by the node agent: per-pod GPU usage, the idle-detection signal
 (its fields: :class:`gpupool.kube.objects.usage_signal.UsageSignal`; ``periodSeconds``, how
 often the agent publishes, decides when its samples are stale)."""
+ANNOTATION_GPU_CONTENTION = "gpupool.io/gpu-contention"
+"""Node annotation written by the node agent: per contended GPU index its contention level,
+score, reasons and each pod's estimated slowdown (its fields:
+:class:`gpupool.kube.objects.contention_signal.ContentionSignal`); placement reads it when the
+pool sets ``spec.contention``."""
 AGENT_FIELD_MANAGER = "gpupool-agent"
 ANNOTATION_GOVERNANCE_WARNED = "gpupool.io/governance-warned"
 """Pod annotation written by the governance controller: ``<rule>@<RFC 3339 time>`` of the

@@ -47,10 +47,10 @@ from gpupool.kube.objects.dra import ResourceClaim
 from gpupool.kube.objects.records import NodeRecord, PodRecord
 from gpupool.kube.objects.signing import RecordSigner
 from gpupool.kube.objects.translate import InvalidObjectError, gpu_uuids, node_spec, pod_spec
-from gpupool.kube.objects.vocabulary import SCHEDULED_NODE_ANNOTATIONS
 from gpupool.kube.scheduler.bound_pods import BoundPods
 from gpupool.kube.scheduler.claim_state import ClaimHolder
 from gpupool.kube.scheduler.claims import CLAIM_KEY, ClaimBind, ClaimBook, ClaimPlacement, claim_key
+from gpupool.kube.scheduler.node_signature import node_signature
 from gpupool.kube.scheduler.placed_pods import PlacedPodsOfState
 from gpupool.kube.scheduler.unhealthy_gpus import UnhealthyGpuWarnings
 from gpupool.kube.scheduler.volume_binding import VolumeBook, has_claims, with_volumes
@@ -62,18 +62,6 @@ Warn = Callable[[PodRecord, str, str], None]
 """Called as ``warn(pod, reason, message)`` for a Warning Event about a pod."""
 Prepare = Callable[[ClusterSnapshot], None]
 """Called with every fresh snapshot before anything is bound on it (pools' sharing limits)."""
-
-
-def _signature(node: NodeRecord) -> tuple[object, ...]:
-    """What scheduling reads of a node; a change in anything else (heartbeats) is ignored."""
-    return (
-        tuple(sorted(node.status.allocatable.items())),
-        tuple(sorted(node.metadata.labels.items())),
-        *(node.metadata.annotations.get(key, "") for key in SCHEDULED_NODE_ANNOTATIONS),
-        tuple((t.key, t.value, t.effect) for t in node.spec.taints),
-        node.spec.unschedulable,
-        node.ready,
-    )
 
 
 def _no_warning(pod: PodRecord, reason: str, message: str) -> None:
@@ -155,7 +143,7 @@ class ClusterState(BoundPods, PlacedPodsOfState, UnhealthyGpuWarnings):
             self._nodes_changed = True
             return
         self.nodes[name] = node
-        signature = _signature(node)
+        signature = node_signature(node)
         if self._signatures.get(name) != signature:
             self._signatures[name] = signature
             self._nodes_changed = True
