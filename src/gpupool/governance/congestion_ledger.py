@@ -23,7 +23,7 @@ interference work) is not measured here: :meth:`CongestionLedger.as_json` leaves
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -96,29 +96,34 @@ class CongestionLedger:
         self.keep = keep
         self.totals = Bucket()
         self.buckets: dict[int, Bucket] = {}
-        self._held: tuple[_Held, ...] = ()
+        self._held: dict[str, _Held] = {}
         self._since: float | None = None
 
     def cycle(
         self,
         now: float,
-        waiting: Sequence[tuple[Party, WaitCause]],
+        waiting: Sequence[tuple[str, Party, WaitCause]],
         parties: Mapping[str, Party],
         holding: Mapping[Party, float],
+        still_pending: Collection[str] | None = None,
     ) -> None:
         """A cycle left ``waiting`` pending: charge the time since the last, then hold these.
 
         Args:
             now: The cycle's time.
-            waiting: Each waiting pod's party and cause.
+            waiting: Each waiting pod's name, party and cause.
             parties: The party of each pod a cause may name (pending and running).
             holding: GPU units held per party now.
+            still_pending: The pods pending now, when the cycle decided for only some of them
+                (the live scheduler leaves pods in backoff out): the others keep the cause they
+                were held by. ``None``: the cycle decided for every pending pod.
         """
         self.settle(now)
-        self._held = tuple(
-            _Held(waiter, cause.kind.value, wait_shares(waiter, cause, parties, holding))
-            for waiter, cause in waiting
-        )
+        kept = {} if still_pending is None else self._held
+        self._held = {name: held for name, held in kept.items() if name in (still_pending or ())}
+        for name, waiter, cause in waiting:
+            shares = wait_shares(waiter, cause, parties, holding)
+            self._held[name] = _Held(waiter, cause.kind.value, shares)
 
     def settle(self, now: float) -> None:
         """Charge the pods held at the last cycle up to ``now`` (a clock that went back: none)."""
@@ -127,7 +132,7 @@ class CongestionLedger:
             return
         for bucket, seconds in self._pieces(since, now):
             for target in (bucket, self.totals):
-                for held in self._held:
+                for held in self._held.values():
                     target.pending_seconds += seconds
                     for share in held.shares:
                         target.charge(held.waiter, held.cause, share, seconds)
@@ -167,22 +172,27 @@ class CongestionLedger:
                 at = upto
             index += 1
 
-    def as_json(self, contention: Mapping[Party, float] | None = None) -> dict[str, object]:
-        """The totals per class and queue, and the series per bucket stacked by causing class.
+    def summary(self, contention: Mapping[Party, float] | None = None) -> dict[str, object]:
+        """The totals: per class and queue (most imposed first), and what nobody caused.
 
         ``contention``: each party's share of GPU contention where measured (else ``None``).
         """
         totals = self.totals
-        parties = {
-            party for table in (totals.imposed, totals.self_imposed) for party, _ in table
-        } | set(totals.idle_gpu_seconds)
+        parties = {party for table in (totals.imposed, totals.self_imposed) for party, _ in table}
+        parties |= set(totals.idle_gpu_seconds)
         rows = [_row(totals, party, (contention or {}).get(party)) for party in sorted(parties)]
         rows.sort(key=lambda row: -float(str(row["imposed_seconds"])))
         return {
-            "bucket_seconds": self.bucket_seconds,
             "pending_seconds": totals.pending_seconds,
             "unattributed_seconds": dict(sorted(totals.unattributed.items())),
             "classes": rows,
+        }
+
+    def as_json(self, contention: Mapping[Party, float] | None = None) -> dict[str, object]:
+        """:meth:`summary` and the series per bucket, stacked by causing class, oldest first."""
+        return {
+            "bucket_seconds": self.bucket_seconds,
+            **self.summary(contention),
             "series": [
                 _point(index * self.bucket_seconds, self.buckets[index])
                 for index in sorted(self.buckets)

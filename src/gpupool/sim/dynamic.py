@@ -279,6 +279,7 @@ class _DynamicRun(SimulatedCluster):
             "spread_pods": self.ruled["spread"],
             "gang_share": settings.gangs,
             **self.gang_tally.report(),
+            "congestion_by_class": self.congestion.ledger.summary(),
         }
         if self.governance is not None:
             allocated = self.metrics.allocated_gpu_hours()

@@ -85,8 +85,8 @@ def test_negative_lost_time_names_the_field() -> None:
         eviction_shares(TRAIN, [(DEV, -1.0)])
 
 
-def _reservation_wait() -> tuple[Party, WaitCause]:
-    return DEV, WaitCause(WaitKind.RESERVATION, pods=("big",), node="n1")
+def _reservation_wait(name: str = "nb") -> tuple[str, Party, WaitCause]:
+    return name, DEV, WaitCause(WaitKind.RESERVATION, pods=("big",), node="n1")
 
 
 def test_a_reservation_wait_is_charged_to_the_holder_over_the_next_interval() -> None:
@@ -114,10 +114,18 @@ def test_settle_charges_the_open_interval_once() -> None:
 def test_own_class_wait_is_kept_apart_as_self_imposed() -> None:
     ledger = CongestionLedger()
     behind_own = waiting_behind(("big", "a100"))
-    ledger.cycle(0.0, [(TRAIN, behind_own)], PARTIES, HOLDING)
+    ledger.cycle(0.0, [("big2", TRAIN, behind_own)], PARTIES, HOLDING)
     ledger.settle(10.0)
     assert ledger.totals.imposed == {}
     assert ledger.totals.self_imposed == {(TRAIN, "waiting_behind"): 10.0}
+
+
+def test_pods_left_out_of_a_cycle_keep_their_cause_while_still_pending() -> None:
+    ledger = CongestionLedger()
+    ledger.cycle(0.0, [_reservation_wait("a"), _reservation_wait("b")], PARTIES, HOLDING)
+    ledger.cycle(10.0, [], PARTIES, HOLDING, still_pending={"a"})
+    ledger.settle(15.0)
+    assert ledger.totals.imposed == {(TRAIN, "reservation"): 25.0}
 
 
 def test_eviction_charges_lost_run_time_to_the_preemptor() -> None:
@@ -139,7 +147,7 @@ def test_as_json_ranks_classes_by_imposed_time_and_plots_by_class() -> None:
     ledger = CongestionLedger(bucket_seconds=60)
     ledger.cycle(
         0.0,
-        [_reservation_wait(), (TRAIN, WaitCause(WaitKind.RESERVATION, pods=("api",)))],
+        [_reservation_wait(), ("t", TRAIN, WaitCause(WaitKind.RESERVATION, pods=("api",)))],
         PARTIES,
         HOLDING,
     )
@@ -192,8 +200,8 @@ def test_charges_add_up_to_the_pending_seconds_and_never_exceed_them(
         now += step
         expected += step * held
         causes = [
-            (party, WaitCause(kind, pods=tuple(pods), pools=tuple("p" for _ in pods)))
-            for party, kind, pods in waits
+            (f"w{i}", party, WaitCause(kind, pods=tuple(pods), pools=tuple("p" for _ in pods)))
+            for i, (party, kind, pods) in enumerate(waits)
         ]
         ledger.cycle(now, causes, PARTIES, HOLDING)
         held = len(causes)

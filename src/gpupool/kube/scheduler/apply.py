@@ -13,6 +13,9 @@
 * ``Wait``: the pod stays pending with the engine's reason; a pod held only behind others of
   this cycle (:attr:`~gpupool.scheduling.wait_cause.WaitKind.BEHIND`) is told so and tried
   again in the next one.
+
+Every cycle's waits and preemptions also go to the congestion ledger
+(:mod:`gpupool.governance.congestion_feed`), which charges each wait to the class that causes it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 
 from gpupool.core.decisions import Bind
 from gpupool.core.snapshot import AllocationError, ClusterSnapshot
+from gpupool.governance.congestion_feed import CongestionFeed
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.policy.book import PolicyBook
 from gpupool.kube.scheduler.binder import Binder
@@ -46,6 +50,7 @@ class Applier:
     binder: Binder
     stats: LiveStats
     gangs: GangStatus = field(init=False)
+    congestion: CongestionFeed = field(default_factory=CongestionFeed)
 
     def __post_init__(self) -> None:
         self.gangs = GangStatus(self.verdicts.reports)
@@ -72,6 +77,8 @@ class Applier:
                     admitted.append((pod, decision.bind, pool.name, queue.name))
             elif isinstance(decision, Preempt):
                 self.stats.preemptions += 1
+                victims = {v: r for v in decision.victims if (r := self.book.running.get(v))}
+                self.congestion.evicted(engine.policy, request.now, decision, victims)
                 reason = self.preemptions.start(pod, decision, self.state.pods)
                 self.verdicts.unschedulable(pod, reason, WaitKind.PREEMPTING)
             elif decision.cause.kind is WaitKind.BEHIND:
@@ -83,6 +90,9 @@ class Applier:
                 )
                 self.verdicts.unschedulable(pod, readable(cause, self.state.pods), cause.kind)
         self.gangs.after(result, self.state.pods)
+        self.congestion.cycle(
+            engine.policy, request.now, result, self.book.running, self.state.pending
+        )
         for pod, bind, pool_name, queue_name in admitted:
             self.verdicts.metrics.attempt("scheduled")
             self.verdicts.queue.in_flight(pod.metadata.uid)
