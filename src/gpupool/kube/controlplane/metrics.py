@@ -16,6 +16,7 @@ two schedulers in one test process, or a later REST API on the same server, neve
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import TypeVar
@@ -29,6 +30,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from gpupool.governance.congestion_ledger import CongestionLedger
 from gpupool.governance.decisions import CLEANUP_RULES, RECLAIM_RULES, Rule
 from gpupool.kube.governance.controller import GovernanceController
 from gpupool.kube.scheduler.live import LiveScheduler
@@ -132,8 +134,29 @@ class SchedulerCollector(Collector):
             "pool's disruptionBudgetWait: preemption victims and governance reclaims.",
             value=scheduler.departures.deleted,
         )
+        yield from congestion_families(scheduler.applier.congestion.ledger, time.time())
         if self.governance is not None:
             yield from _governance_families(self.governance)
+
+
+def congestion_families(ledger: CongestionLedger, now: float) -> Iterator[Metric]:
+    """Pending seconds each class and queue imposed on other classes and queues, by cause.
+
+    Settled up to ``now`` first (called in the loop's thread, the only one that feeds the
+    ledger). Labels are bounded: classes and queues come from policy, causes from the wait kinds.
+    """
+    ledger.settle(now)
+    totals = ledger.totals
+    imposed = CounterMetricFamily(
+        "gpupool_pending_seconds_imposed",
+        "Seconds other classes' pods waited because of this class and queue, by cause "
+        "(gpupool.governance.congestion: a reservation's holder, the pods waited behind, the "
+        "GPUs' holders in proportion, preemption victims' lost run time).",
+        labels=["class", "queue", "cause"],
+    )
+    for (party, cause), seconds in sorted(totals.imposed.items()):
+        imposed.add_metric([party.workload_class, party.queue, cause], seconds)
+    yield imposed
 
 
 GOVERNANCE_PREFIX = "gpupool_governance_"
