@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from gpupool.api.app import create_face
+from gpupool.api.congestion import shifted
 from gpupool.api.model import CostBucket, CostLine, Pool, Queue, Record
 from gpupool.api.records import Namespaces
 from gpupool.api.serve import serving
@@ -171,6 +173,17 @@ class DemoRecords:
 @contextmanager
 def serve_demo(session: DemoSession, port: int) -> Iterator[str]:
     """Serve the dashboard and API of ``session`` on 127.0.0.1:``port``; yields the URL."""
-    face = create_face(DemoView(session), None, DemoRecords(session), insecure_local=True)
+
+    def congestion() -> dict[str, Any]:
+        with session.locked() as cluster:
+            return shifted(cluster.congestion.ledger, session.epoch)
+
+    face = create_face(
+        DemoView(session),
+        None,
+        DemoRecords(session),
+        insecure_local=True,
+        congestion=congestion,
+    )
     with serving(face, "127.0.0.1", port) as url:
         yield url

@@ -204,7 +204,7 @@ def _row(totals: Bucket, party: Party, contention: float | None) -> dict[str, ob
     imposed = {cause: s for (who, cause), s in sorted(totals.imposed.items()) if who == party}
     own = {cause: s for (who, cause), s in sorted(totals.self_imposed.items()) if who == party}
     return {
-        "class": party.workload_class,
+        "workload_class": party.workload_class,
         "queue": party.queue,
         "imposed_seconds": sum(imposed.values()),
         "imposed_by_cause": imposed,

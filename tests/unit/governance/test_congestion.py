@@ -156,12 +156,12 @@ def test_as_json_ranks_classes_by_imposed_time_and_plots_by_class() -> None:
     report = ledger.as_json()
     rows = report["classes"]
     assert isinstance(rows, list)
-    assert [(r["class"], r["imposed_seconds"]) for r in rows] == [
+    assert [(r["workload_class"], r["imposed_seconds"]) for r in rows] == [
         ("serving", 30.0),
         ("training", 30.0),
         ("dev", 0.0),
     ]
-    dev = next(r for r in rows if r["class"] == "dev")
+    dev = next(r for r in rows if r["workload_class"] == "dev")
     assert dev["idle_gpu_hours"] == pytest.approx(1.0)
     assert dev["contention_share"] is None
     series = report["series"]

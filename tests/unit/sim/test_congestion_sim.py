@@ -20,6 +20,6 @@ def test_the_warm_demo_charges_reservation_waits_to_the_large_training_pods() ->
 def test_idle_notebooks_hold_gpu_hours_charged_to_their_class() -> None:
     rows = DemoSession(seed=0, warm_hours=1.0).cluster.congestion.ledger.summary()["classes"]
     assert isinstance(rows, list)
-    idle = {row["class"]: row["idle_gpu_hours"] for row in rows}
+    idle = {row["workload_class"]: row["idle_gpu_hours"] for row in rows}
     assert idle.get("dev", 0.0) > 0.0
     assert idle.get("inference", 0.0) == 0.0
