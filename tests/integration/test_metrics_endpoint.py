@@ -4,6 +4,8 @@ Two replicas on one Lease, pods bound and one left pending: the leader's metrics
 binds, the attempts and the pending pod by reason, the standby must be ready and say so, and
 promtool (Prometheus's own linter, from Debian's prometheus package:
 ``scripts/install-promtool.sh``) must accept the exposition. A missing promtool fails the test.
+A pod kept off a free GPU by another class's backfill reservation is charged to that class in
+``gpupool_pending_seconds_imposed_total`` and ``/api/v1/congestion`` (docs/congestion.md).
 """
 
 from __future__ import annotations
