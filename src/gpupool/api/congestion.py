@@ -74,14 +74,6 @@ class Congestion(BaseModel):
     series: list[CongestionPoint] = Field(description="Oldest first")
 
 
-def shifted(ledger: CongestionLedger, epoch: float) -> dict[str, Any]:
-    """The ledger's JSON with each bucket's start moved by ``epoch`` seconds."""
-    body = ledger.as_json()
-    for point in body["series"]:  # type: ignore[attr-defined]
-        point["start"] += epoch
-    return body
-
-
 def live_congestion(scheduler: LiveScheduler) -> CongestionSource:
     """The live scheduler's ledger, settled up to now (call in its loop)."""
 

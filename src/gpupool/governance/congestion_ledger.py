@@ -188,13 +188,18 @@ class CongestionLedger:
             "classes": rows,
         }
 
-    def as_json(self, contention: Mapping[Party, float] | None = None) -> dict[str, object]:
-        """:meth:`summary` and the series per bucket, stacked by causing class, oldest first."""
+    def as_json(
+        self, contention: Mapping[Party, float] | None = None, epoch: float = 0.0
+    ) -> dict[str, object]:
+        """:meth:`summary` and the series per bucket, stacked by causing class, oldest first.
+
+        ``epoch``: added to each bucket's start (a clock that counts from 0, as the demo's).
+        """
         return {
             "bucket_seconds": self.bucket_seconds,
             **self.summary(contention),
             "series": [
-                _point(index * self.bucket_seconds, self.buckets[index])
+                _point(epoch + index * self.bucket_seconds, self.buckets[index])
                 for index in sorted(self.buckets)
             ],
         }

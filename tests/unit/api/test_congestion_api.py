@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.testclient import TestClient
 
 from gpupool.api.app import create_api
-from gpupool.api.congestion import shifted
+from gpupool.api.embedded import demo_congestion
 from gpupool.api.example import example_view
 from gpupool.sim.demo_session import DemoSession
 
@@ -17,11 +17,7 @@ def test_the_demo_answers_reservation_waits_charged_to_the_holders_class_dated_f
 ):
     session = DemoSession(seed=0, epoch=EPOCH)
 
-    def source() -> dict[str, object]:
-        with session.locked() as cluster:
-            return shifted(cluster.congestion.ledger, session.epoch)
-
-    with TestClient(create_api(example_view(), congestion=source)) as client:
+    with TestClient(create_api(example_view(), congestion=demo_congestion(session))) as client:
         body = client.get("/api/v1/congestion").json()
     nlp = next(row for row in body["classes"] if row["queue"] == "nlp")
     assert nlp["workload_class"] == "training"

@@ -4,12 +4,11 @@ whose congestion ledger is the warm demo's."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from gpupool.api.app import create_face
-from gpupool.api.congestion import shifted
+from gpupool.api.embedded import demo_congestion
 from gpupool.api.example import example_view
 from gpupool.api.serve import serving
 from gpupool.sim.demo_session import DemoSession
@@ -19,12 +18,7 @@ from .test_cli_face import run
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    session = DemoSession(seed=0)
-
-    def congestion() -> dict[str, Any]:
-        with session.locked() as cluster:
-            return shifted(cluster.congestion.ledger, session.epoch)
-
+    congestion = demo_congestion(DemoSession(seed=0))
     face = create_face(example_view(), None, insecure_local=True, congestion=congestion)
     with serving(face) as url:
         yield url
