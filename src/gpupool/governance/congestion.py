@@ -15,7 +15,7 @@ The rules, one per wait kind:
 * ``insufficient_resources``: capacity is full, so whoever holds the GPUs keeps it out. The
   rejection counts nodes per reason but names none, so the pods holding GPUs are charged in
   proportion to the GPU units each class and queue holds (``holding``, given by the driver: the
-  whole cluster, or the waiter's pools where it knows them). A fragment (free GPUs spread too thin)
+  whole cluster's running pods). A fragment (free GPUs spread too thin)
   is charged the same way: the holders of the GPUs around the holes made the fragments.
 * ``quota``, ``preempting``, ``gang``, ``pool``, ``node_constraints``, ``never_fits``,
   ``invalid_request``: the waiter's own party, *self-imposed*. A queue at its ceiling or
@@ -86,7 +86,7 @@ def wait_shares(
     waiter: Party,
     cause: WaitCause,
     parties: Mapping[str, Party],
-    holding: Mapping[Party, float],
+    capacity: tuple[Share, ...],
 ) -> tuple[Share, ...]:
     """Who keeps ``waiter`` waiting for ``cause``; the fractions add up to one.
 
@@ -94,7 +94,8 @@ def wait_shares(
         waiter: The waiting pod's class and queue.
         cause: Why it waits.
         parties: The class and queue of each pod a cause may name (pending and running).
-        holding: GPU units held per party, for a wait on capacity.
+        capacity: Who a wait on capacity is charged to: :func:`proportional` of what each
+            party holds, computed once per cycle (every such wait of the cycle shares it).
     """
     kind = cause.kind
     if kind in SELF_IMPOSED:
@@ -105,7 +106,7 @@ def wait_shares(
         part = 1.0 / len(cause.pods)
         return tuple(Share(parties.get(pod), part) for pod in cause.pods)
     if kind is WaitKind.RESOURCES:
-        return proportional(holding)
+        return capacity
     return NOBODY
 
 

@@ -22,7 +22,15 @@ from gpupool.scheduling.decisions import CycleResult, Preempt, Wait
 
 def party(policy: ClusterPolicy, workload: Workload, queue: int) -> Party:
     """The class and queue a pod counts in (a pod with no class counts in ``(none)``)."""
-    return Party(workload.workload_class or NO_GROUP, policy.tables.queues[queue].name)
+    return _party(policy, workload.workload_class, queue)
+
+
+def _party(policy: ClusterPolicy, workload_class: str, queue: int) -> Party:
+    return Party(workload_class or NO_GROUP, policy.tables.queues[queue].name)
+
+
+def _as_pair(record: Running | None) -> tuple[Workload, int] | None:
+    return (record.workload, record.queue) if record is not None else None
 
 
 class CongestionFeed:
@@ -44,17 +52,33 @@ class CongestionFeed:
         ``still_pending``: every pod pending now, when the cycle decided for only some
         (:meth:`~gpupool.governance.congestion_ledger.CongestionLedger.cycle`).
         """
-        parties = {name: party(policy, r.workload, r.queue) for name, r in running.items()}
+        # a cycle of thousands of running pods: add up their units per (class, queue index)
+        # and make a Party per pair, not per pod; resolve only the pods a cause names
+        made: dict[tuple[str, int], Party] = {}
+
+        def known(workload_class: str, queue: int) -> Party:
+            found = made.get((workload_class, queue))
+            if found is None:
+                found = made[workload_class, queue] = _party(policy, workload_class, queue)
+            return found
+
+        units: dict[tuple[str, int], int] = {}
+        for record in running.values():
+            key = (record.workload.workload_class, record.queue)
+            units[key] = units.get(key, 0) + record.units
         holding: dict[Party, float] = {}
-        for name, record in running.items():
-            who = parties[name]
-            holding[who] = holding.get(who, 0.0) + record.units / MILLI_UNITS
-        for decision in result.decisions:
-            parties[decision.workload.name] = party(policy, decision.workload, decision.queue)
+        for (workload_class, queue), held in units.items():
+            who = known(workload_class, queue)
+            holding[who] = holding.get(who, 0.0) + held / MILLI_UNITS
+        waits = [d for d in result.decisions if isinstance(d, Wait)]
+        decided = {d.workload.name: (d.workload, d.queue) for d in result.decisions}
+        parties: dict[str, Party] = {}
+        for name in {pod for wait in waits for pod in wait.cause.pods}:
+            found = decided.get(name) or _as_pair(running.get(name))
+            if found is not None:
+                parties[name] = known(found[0].workload_class, found[1])
         waiting = [
-            (d.workload.name, parties[d.workload.name], d.cause)
-            for d in result.decisions
-            if isinstance(d, Wait)
+            (d.workload.name, known(d.workload.workload_class, d.queue), d.cause) for d in waits
         ]
         self.ledger.cycle(now, waiting, parties, holding, still_pending)
 

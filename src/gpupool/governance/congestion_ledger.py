@@ -23,14 +23,22 @@ interference work) is not measured here: :meth:`CongestionLedger.as_json` leaves
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from gpupool.governance.accounting import SECONDS_PER_HOUR
-from gpupool.governance.congestion import PREEMPTION, Party, Share, eviction_shares, wait_shares
+from gpupool.governance.congestion import (
+    PREEMPTION,
+    Party,
+    Share,
+    eviction_shares,
+    proportional,
+    wait_shares,
+)
 from gpupool.governance.errors import FieldValueError
-from gpupool.scheduling.wait_cause import WaitCause
+from gpupool.scheduling.wait_cause import WaitCause, WaitKind
 
 K = TypeVar("K")
 
@@ -97,6 +105,7 @@ class CongestionLedger:
         self.totals = Bucket()
         self.buckets: dict[int, Bucket] = {}
         self._held: dict[str, _Held] = {}
+        self._groups: Counter[_Held] = Counter()
         self._since: float | None = None
 
     def cycle(
@@ -121,9 +130,17 @@ class CongestionLedger:
         self.settle(now)
         kept = {} if still_pending is None else self._held
         self._held = {name: held for name, held in kept.items() if name in (still_pending or ())}
+        capacity = proportional(holding)
+        alike: dict[tuple[Party, WaitKind, tuple[str, ...]], _Held] = {}  # most waits repeat
         for name, waiter, cause in waiting:
-            shares = wait_shares(waiter, cause, parties, holding)
-            self._held[name] = _Held(waiter, cause.kind.value, shares)
+            key = (waiter, cause.kind, cause.pods)
+            held = alike.get(key)
+            if held is None:
+                shares = wait_shares(waiter, cause, parties, capacity)
+                held = alike[key] = _Held(waiter, cause.kind.value, shares)
+            self._held[name] = held
+        # pods held alike are charged alike: one pass per distinct hold, times how many
+        self._groups = Counter(self._held.values())
 
     def settle(self, now: float) -> None:
         """Charge the pods held at the last cycle up to ``now`` (a clock that went back: none)."""
@@ -132,10 +149,10 @@ class CongestionLedger:
             return
         for bucket, seconds in self._pieces(since, now):
             for target in (bucket, self.totals):
-                for held in self._held.values():
-                    target.pending_seconds += seconds
+                for held, count in self._groups.items():
+                    target.pending_seconds += seconds * count
                     for share in held.shares:
-                        target.charge(held.waiter, held.cause, share, seconds)
+                        target.charge(held.waiter, held.cause, share, seconds * count)
 
     def evicted(self, now: float, preemptor: Party, victims: Sequence[tuple[Party, float]]) -> None:
         """Victims lost these run seconds to ``preemptor``: charged to it under ``preemption``."""

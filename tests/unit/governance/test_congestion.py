@@ -67,7 +67,7 @@ HOLDING = {TRAIN: 3000.0, SERVE: 1000.0}
 def test_wait_shares_names_the_culprit_of_each_kind(
     cause: WaitCause, expected: tuple[Share, ...]
 ) -> None:
-    assert wait_shares(DEV, cause, PARTIES, HOLDING) == expected
+    assert wait_shares(DEV, cause, PARTIES, proportional(HOLDING)) == expected
 
 
 def test_resources_with_nothing_held_is_unattributed() -> None:
