@@ -14,9 +14,9 @@ The rules, one per wait kind:
   per blocked pool; each head holds it as much as the others).
 * ``insufficient_resources``: capacity is full, so whoever holds the GPUs keeps it out. The
   rejection counts nodes per reason but names none, so the pods holding GPUs are charged in
-  proportion to the GPU units each class and queue holds (``holding``, given by the driver: the
-  whole cluster's running pods). A fragment (free GPUs spread too thin)
-  is charged the same way: the holders of the GPUs around the holes made the fragments.
+  proportion to the GPU units each class and queue holds over the whole cluster (the driver's
+  running pods; :func:`proportional`). A fragment (free GPUs spread too thin) is charged the
+  same way: the holders of the GPUs around the holes made the fragments.
 * ``quota``, ``preempting``, ``gang``, ``pool``, ``node_constraints``, ``never_fits``,
   ``invalid_request``: the waiter's own party, *self-imposed*. A queue at its ceiling or
   ``maxConcurrentPods`` is held by its own limit, not by the queues under theirs; a pod waiting
