@@ -10,7 +10,6 @@ demo's under its session's lock.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from gpupool.governance.congestion_ledger import CongestionLedger
+from gpupool.kube.scheduler.congestion_reading import settled_congestion
 from gpupool.kube.scheduler.live import LiveScheduler
 
 CongestionSource = Callable[[], dict[str, Any]]
@@ -78,9 +78,7 @@ def live_congestion(scheduler: LiveScheduler) -> CongestionSource:
     """The live scheduler's ledger, settled up to now (call in its loop)."""
 
     def read() -> dict[str, Any]:
-        ledger = scheduler.applier.congestion.ledger
-        ledger.settle(time.time())
-        return ledger.as_json()
+        return settled_congestion(scheduler).as_json()
 
     return read
 

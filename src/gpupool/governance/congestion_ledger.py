@@ -154,6 +154,14 @@ class CongestionLedger:
                     for share in held.shares:
                         target.charge(held.waiter, held.cause, share, seconds * count)
 
+    def stop(self, now: float) -> None:
+        """Charge up to ``now``, then hold no pod: the driver stopped deciding (a lost term).
+
+        The next :meth:`cycle` starts afresh, so the time nobody decided is charged to no one.
+        """
+        self.settle(now)
+        self._held, self._groups, self._since = {}, Counter(), None
+
     def evicted(self, now: float, preemptor: Party, victims: Sequence[tuple[Party, float]]) -> None:
         """Victims lost these run seconds to ``preemptor``: charged to it under ``preemption``."""
         for culprit, victim, seconds in eviction_shares(preemptor, victims):

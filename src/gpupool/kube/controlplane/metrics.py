@@ -16,7 +16,6 @@ two schedulers in one test process, or a later REST API on the same server, neve
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import TypeVar
@@ -33,6 +32,7 @@ from prometheus_client.registry import Collector
 from gpupool.governance.congestion_ledger import CongestionLedger
 from gpupool.governance.decisions import CLEANUP_RULES, RECLAIM_RULES, Rule
 from gpupool.kube.governance.controller import GovernanceController
+from gpupool.kube.scheduler.congestion_reading import settled_congestion
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.scheduling.wait_cause import PENDING_CATEGORIES
 
@@ -134,18 +134,16 @@ class SchedulerCollector(Collector):
             "pool's disruptionBudgetWait: preemption victims and governance reclaims.",
             value=scheduler.departures.deleted,
         )
-        yield from congestion_families(scheduler.applier.congestion.ledger, time.time())
+        yield from congestion_families(settled_congestion(scheduler))
         if self.governance is not None:
             yield from _governance_families(self.governance)
 
 
-def congestion_families(ledger: CongestionLedger, now: float) -> Iterator[Metric]:
+def congestion_families(ledger: CongestionLedger) -> Iterator[Metric]:
     """Pending seconds each class and queue imposed on other classes and queues, by cause.
 
-    Settled up to ``now`` first (called in the loop's thread, the only one that feeds the
-    ledger). Labels are bounded: classes and queues come from policy, causes from the wait kinds.
+    Labels are bounded: classes and queues come from policy, causes from the wait kinds.
     """
-    ledger.settle(now)
     totals = ledger.totals
     imposed = CounterMetricFamily(
         "gpupool_pending_seconds_imposed",
