@@ -4,6 +4,8 @@ Two replicas on one Lease, pods bound and one left pending: the leader's metrics
 binds, the attempts and the pending pod by reason, the standby must be ready and say so, and
 promtool (Prometheus's own linter, from Debian's prometheus package:
 ``scripts/install-promtool.sh``) must accept the exposition. A missing promtool fails the test.
+A pod kept off a free GPU by another class's backfill reservation is charged to that class in
+``gpupool_pending_seconds_imposed_total`` and ``/api/v1/congestion`` (docs/congestion.md).
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.client.api import KubeAPI
 
 from .live_helpers import (
+    Json,
     NoKubelet,
     SchedulerProcesses,
     create_pods,
     gpu_pod,
     list_pods,
     make_nodes,
+    pending_reason,
     two_bound_one_pending,
     wait_for,
 )
@@ -236,3 +240,75 @@ async def test_contention_an_agent_publishes_reaches_metrics_and_the_api(
         (f"{namespace}/b", 1.333),
     ]
     assert body["class_share"] == {"": 1.0}  # neither pod names a class
+
+
+def _classed(
+    name: str, gpus: int, workload_class: str, runtime: str, selector: dict[str, str]
+) -> Json:
+    pod = gpu_pod(name, gpus=gpus, selector=selector)
+    pod["metadata"]["labels"] = {"gpupool.io/class": workload_class}
+    pod["metadata"]["annotations"]["gpupool.io/expected-runtime"] = runtime
+    return pod
+
+
+async def test_a_reservation_wait_is_charged_to_the_holders_class_in_the_api_and_metrics(
+    api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
+) -> None:
+    """A 4-GPU node runs a 3-GPU ``inference`` pod (10 minutes expected); a 4-GPU ``training``
+    pod then holds the node's backfill reservation, so a 1-GPU ``dev`` pod expected to run
+    10 hours waits with "backfill: would delay" though a GPU is free. ``/api/v1/congestion``
+    and ``/metrics`` must charge that wait to ``training`` (the holder), under ``reservation``,
+    and nothing to ``dev`` (the waiter)."""
+    sel = {"test": namespace}
+    await make_nodes(api, namespace, 1, gpus=4)
+    schedulers.extra_args = ("--insecure-local",)  # the test reads the face from loopback
+    schedulers.start("one")
+    url = await schedulers.http_url("one")
+    await create_pods(api, namespace, [_classed("hold", 3, "inference", "600", sel)])
+
+    async def bound() -> bool:
+        return any(p["spec"].get("nodeName") for p in await list_pods(api, namespace))
+
+    await wait_for(bound, 60, "the 3-GPU pod bound")
+    await create_pods(api, namespace, [_classed("big", 4, "training", "3600", sel)])
+    await wait_for(lambda: _told(api, namespace, "big", ""), 30, "the 4-GPU pod told why")
+    await create_pods(api, namespace, [_classed("small", 1, "dev", "36000", sel)])
+    delay = "backfill: would delay"
+    await wait_for(lambda: _told(api, namespace, "small", delay), 30, "the 1-GPU pod held")
+
+    async with httpx2.AsyncClient(base_url=url, timeout=10) as http:
+
+        async def charged() -> bool:
+            body = (await http.get("/api/v1/congestion")).json()
+            rows = {row["workload_class"]: row for row in body["classes"]}
+            held = rows.get("training", {}).get("imposed_by_cause", {}).get("reservation", 0)
+            return bool(held > 0)
+
+        await wait_for(charged, 30, "the reservation wait charged to training")
+        body = (await http.get("/api/v1/congestion")).json()
+        text = (await http.get("/metrics")).text
+    rows = {row["workload_class"]: row for row in body["classes"]}
+    assert rows["training"]["contention_share"] is None
+    assert "dev" not in rows or rows["dev"]["imposed_seconds"] == 0
+    assert any(point["imposed_seconds"].get("training") for point in body["series"])
+    queue = rows["training"]["queue"]
+    samples = _samples(text)
+    name = "gpupool_pending_seconds_imposed_total"
+    labels = {"class": "training", "queue": queue, "cause": "reservation"}
+    assert _value(samples, name, prefix="", **labels) > 0
+    assert not [pairs for key, pairs in samples if key == name and ("class", "dev") in pairs]
+    lint = await asyncio.to_thread(
+        subprocess.run,
+        [str(_promtool()), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert lint.stdout + lint.stderr == ""  # the new family with samples: not even a warning
+
+
+async def _told(api: KubeAPI, namespace: str, name: str, start: str) -> bool:
+    pod = await api.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    reason = pending_reason(pod)
+    return bool(reason) and reason.startswith(start)

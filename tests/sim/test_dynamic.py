@@ -110,6 +110,25 @@ def test_a_short_dynamic_run_reports_every_metric_and_keeps_ceilings(
     json.dumps(report, allow_nan=False)
 
 
+def test_the_report_charges_pending_time_to_the_classes_that_cause_it(
+    short_runs: list[dict[str, Any]],
+) -> None:
+    """Under overload, capacity waits are charged to the classes holding the GPUs; every
+    charged second is imposed on others, self-imposed or unattributed, never more."""
+    congestion = short_runs[0]["congestion_by_class"]
+    rows = congestion["classes"]
+    assert rows
+    assert any(row["imposed_by_cause"].get("insufficient_resources", 0) > 0 for row in rows)
+    waits = sum(
+        seconds
+        for row in rows
+        for cause, seconds in row["imposed_by_cause"].items()
+        if cause != "preemption"
+    )
+    assert 0 < waits <= congestion["pending_seconds"]
+    assert all(row["contention_share"] is None for row in rows)
+
+
 def test_the_same_seed_gives_the_same_run(short_runs: list[dict[str, Any]]) -> None:
     first, second = ({k: v for k, v in r.items() if k != "wall_seconds"} for r in short_runs)
     assert first == second

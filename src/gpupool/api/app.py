@@ -29,6 +29,7 @@ from starlette.types import ASGIApp
 
 from gpupool.api import records, view
 from gpupool.api.auth import API_AUDIENCE, Authorizer, ClusterAuthorizer, RequireReader
+from gpupool.api.congestion import CongestionSource, congestion_routes, live_congestion
 from gpupool.api.contention import Contention, contention
 from gpupool.api.dashboard import add_dashboard
 from gpupool.api.explain import NotPendingError, explain
@@ -78,7 +79,11 @@ Answer = Callable[..., Awaitable[Response]]
 """Builds a view's answer from a detached copy, in a worker thread, and serializes it."""
 
 
-def create_api(cluster_view: ClusterView, record_source: RecordSource | None = None) -> FastAPI:
+def create_api(
+    cluster_view: ClusterView,
+    record_source: RecordSource | None = None,
+    congestion: CongestionSource | None = None,
+) -> FastAPI:
     """The API and dashboard over ``cluster_view``, with no access control (see create_face)."""
     app = FastAPI(
         title="gpupool",
@@ -93,6 +98,7 @@ def create_api(cluster_view: ClusterView, record_source: RecordSource | None = N
     app.include_router(_cluster_routes(cluster_view, answer))
     app.include_router(_quota_routes(cluster_view, answer))
     app.include_router(_governance_routes(record_source))
+    app.include_router(congestion_routes(congestion, _cluster_wide))
     add_dashboard(app, cluster_view, record_source, _cluster_wide)
     return app
 
@@ -254,9 +260,10 @@ def create_face(
     record_source: RecordSource | None = None,
     *,
     insecure_local: bool = False,
+    congestion: CongestionSource | None = None,
 ) -> ASGIApp:
     """The API and dashboard for readers the cluster authenticates (and loopback if told)."""
-    app = create_api(cluster_view, record_source)
+    app = create_api(cluster_view, record_source, congestion)
     return RequireReader(app, authorizer, insecure_local=insecure_local)
 
 
@@ -271,5 +278,9 @@ def live_face(
     """The face of a live control plane: its scheduler's cache, tokens checked by its cluster."""
     authorizer = ClusterAuthorizer(api, audience=audience)
     return create_face(
-        LiveView(scheduler), authorizer, record_source, insecure_local=insecure_local
+        LiveView(scheduler),
+        authorizer,
+        record_source,
+        insecure_local=insecure_local,
+        congestion=live_congestion(scheduler),
     )

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from gpupool.api.app import create_face
+from gpupool.api.congestion import CongestionSource
 from gpupool.api.model import CostBucket, CostLine, Pool, Queue, Record
 from gpupool.api.records import Namespaces
 from gpupool.api.serve import serving
@@ -179,9 +181,25 @@ class DemoRecords:
         return lines, buckets
 
 
+def demo_congestion(session: DemoSession) -> CongestionSource:
+    """The demo's congestion ledger, read under its lock, dated from the session's epoch."""
+
+    def read() -> dict[str, Any]:
+        with session.locked() as cluster:
+            return cluster.congestion.ledger.as_json(epoch=session.epoch)
+
+    return read
+
+
 @contextmanager
 def serve_demo(session: DemoSession, port: int) -> Iterator[str]:
     """Serve the dashboard and API of ``session`` on 127.0.0.1:``port``; yields the URL."""
-    face = create_face(DemoView(session), None, DemoRecords(session), insecure_local=True)
+    face = create_face(
+        DemoView(session),
+        None,
+        DemoRecords(session),
+        insecure_local=True,
+        congestion=demo_congestion(session),
+    )
     with serving(face, "127.0.0.1", port) as url:
         yield url

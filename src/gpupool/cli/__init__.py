@@ -17,6 +17,7 @@ import typer
 
 from gpupool.cli.agent import agent
 from gpupool.cli.audit import audit
+from gpupool.cli.congestion_report import report_congestion
 from gpupool.cli.controlplane import control_plane
 from gpupool.cli.db import db_app
 from gpupool.cli.devcluster import devcluster_app
@@ -59,6 +60,7 @@ app.command("status")(status)
 app.command("top")(top)
 report_app.command("teams")(report_teams)
 report_app.command("contention")(report_contention)
+report_app.command("congestion")(report_congestion)
 
 TRACE_DIR_ENV = "GPUPOOL_TRACE_DIR"
 DEFAULT_TRACE_DIR = Path("../shared/data/openb")

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from gpupool.core.framework import Scheduler
 from gpupool.core.model import NodeSpec, RequestKind
 from gpupool.core.snapshot import ClusterSnapshot
+from gpupool.governance.congestion_feed import CongestionFeed
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.spec import PolicyConfig
 from gpupool.policy.workload import Running, Workload
@@ -94,6 +95,8 @@ class SimulatedCluster:
         """The pods that ask by a claim, until they are gone for good."""
         self.gangs: dict[str, GangSpec] = {}
         """What each gang asks (its pods name it in ``Workload.gang``)."""
+        self.congestion = CongestionFeed()
+        """Pending time charged to the classes that cause it (the congestion-by-class view)."""
         self._any_gpu = GpuEligibility.over(
             self.snapshot,
             {row: frozenset(range(node.gpu_count)) for row, node in enumerate(self.snapshot.nodes)},
@@ -191,6 +194,7 @@ class SimulatedCluster:
             result = self.engine.cycle(request)
             self.carried = Carried.after(result)
             preempted = self._apply(result)
+            self.congestion.cycle(self.policy, self.now, result, self.running)
             self.on_cycle(result)
             if not (preempted or self.consolidated(request, result)):
                 break
@@ -229,6 +233,7 @@ class SimulatedCluster:
         for victim in decision.victims:
             record = self._release(victim)
             self.pending[victim] = record.workload
+            self.congestion.evicted(self.policy, self.now, decision, {victim: record})
             self.on_evict(record, decision)
 
     def _release(self, name: str) -> Running:

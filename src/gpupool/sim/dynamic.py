@@ -300,6 +300,7 @@ class _DynamicRun(SimulatedCluster):
             "gang_share": settings.gangs,
             **self.gang_tally.report(),
             "consolidation": self.consolidating.report(),
+            "congestion_by_class": self.congestion.ledger.summary(),
         }
         if self.governance is not None:
             allocated = self.metrics.allocated_gpu_hours()

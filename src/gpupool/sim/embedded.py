@@ -12,7 +12,8 @@ uses a steady share drawn when it starts), the signal a node agent would publish
 step. Pools given governance :class:`~gpupool.governance.rules.Limits` are governed by the same
 pure rules the live controller runs (:func:`~gpupool.governance.rules.decide`): an idle pod is
 warned, and reclaimed after the grace period if still idle. GPU-hours per queue are counted as
-pods release their shares.
+pods release their shares; the GPU-hours idle pods hold, and the pending time each class imposes
+on the others, go to the congestion ledger (:mod:`gpupool.governance.congestion_ledger`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from gpupool.core.framework import Scheduler
 from gpupool.core.model import NodeSpec
+from gpupool.governance.congestion_feed import party
 from gpupool.governance.decisions import Reclaim, Warn
 from gpupool.governance.rules import Limits, PodFacts
 from gpupool.governance.usage import UsageHistory, UsagePoint
@@ -114,12 +116,26 @@ class EmbeddedCluster(SimulatedCluster):
 
     def advance(self, seconds: float) -> None:
         """Let ``seconds`` of simulated time pass: pods finish, the scheduler decides."""
-        end = self.now + seconds
+        start, end = self.now, self.now + seconds
         while (due := self.next_end()) is not None and due <= end:
             self.end_next()
         self.now = end
+        self._count_idle(start)
         self._govern()
         self.run_cycles()
+        self.congestion.ledger.settle(self.now)
+
+    def _count_idle(self, since: float) -> None:
+        """Charge the GPUs of the pods using none (the simulated usage signal) since ``since``.
+
+        A pod that ended during the step is not charged for that step: the error is at most one
+        step of one pod, and it keeps this a sweep of the running pods only.
+        """
+        for name, record in self.running.items():
+            if self.usage.get(name) == 0.0:
+                who = party(self.policy, record.workload, record.queue)
+                start = max(since, record.started_at)
+                self.congestion.ledger.idle(who, record.units / MILLI_UNITS, start, self.now)
 
     def _govern(self) -> None:
         """Sample usage, then apply the governance rules of each governed pool."""

@@ -166,3 +166,29 @@ async def test_no_pod_behind_a_holder_waits_without_a_reason() -> None:
         await scheduler.cycle()
         await settle(scheduler)
         assert _uid("huge") not in _holders(scheduler._reservations) | scheduler._awaiting
+
+
+async def test_the_live_ledger_charges_a_parked_reservation_wait_to_the_holders_class() -> None:
+    """small (dev) is kept off n1 by big's (training) reservation, then parked: a later cycle
+    that does not try it must leave it charged to training until it is decided again."""
+    recorder = Recorder()
+    scheduler = live_scheduler(recorder, LiveConfig(identity="test"))
+    for name in ("n0", "n1"):
+        scheduler._on_node(ADDED, node(name, gpus=4))
+    scheduler._on_pod(ADDED, _running("long", "n0", (0, 1, 2, 3), "3600"))
+    scheduler._on_pod(ADDED, _running("short", "n1", (0, 1, 2), "120"))
+    for name, gpus, runtime, workload_class in (
+        ("big", 4, "600", "training"),
+        ("small", 1, "9000", "dev"),
+        ("later", 1, "9000", "dev"),
+    ):
+        labels = {"gpupool.io/class": workload_class}
+        scheduler._on_pod(ADDED, _pending(name, gpus, runtime, labels=labels))
+        await scheduler.cycle()
+        await settle(scheduler)
+    ledger = scheduler.applier.congestion.ledger
+    ledger.settle(time.time() + 60)
+    imposed = ledger.totals.imposed
+    by_class = {(party.workload_class, cause): s for (party, cause), s in imposed.items()}
+    assert by_class[("training", "reservation")] >= 2 * 60  # small and later, a minute each
+    assert not [key for key in by_class if key[0] == "dev"]

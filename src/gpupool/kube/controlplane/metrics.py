@@ -29,9 +29,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from gpupool.governance.congestion_ledger import CongestionLedger
 from gpupool.governance.decisions import CLEANUP_RULES, RECLAIM_RULES, Rule
 from gpupool.kube.controlplane.contention_metrics import contention_families
 from gpupool.kube.governance.controller import GovernanceController
+from gpupool.kube.scheduler.congestion_reading import settled_congestion
 from gpupool.kube.scheduler.contention_view import live_contention
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.scheduling.wait_cause import PENDING_CATEGORIES
@@ -134,9 +136,28 @@ class SchedulerCollector(Collector):
             "pool's disruptionBudgetWait: preemption victims and governance reclaims.",
             value=scheduler.departures.deleted,
         )
+        yield from congestion_families(settled_congestion(scheduler))
         if self.governance is not None:
             yield from _governance_families(self.governance)
         yield from contention_families(live_contention(scheduler))
+
+
+def congestion_families(ledger: CongestionLedger) -> Iterator[Metric]:
+    """Pending seconds each class and queue imposed on other classes and queues, by cause.
+
+    Labels are bounded: classes and queues come from policy, causes from the wait kinds.
+    """
+    totals = ledger.totals
+    imposed = CounterMetricFamily(
+        "gpupool_pending_seconds_imposed",
+        "Seconds other classes' pods waited because of this class and queue, by cause "
+        "(gpupool.governance.congestion: a reservation's holder, the pods waited behind, the "
+        "GPUs' holders in proportion, preemption victims' lost run time).",
+        labels=["class", "queue", "cause"],
+    )
+    for (party, cause), seconds in sorted(totals.imposed.items()):
+        imposed.add_metric([party.workload_class, party.queue, cause], seconds)
+    yield imposed
 
 
 GOVERNANCE_PREFIX = "gpupool_governance_"

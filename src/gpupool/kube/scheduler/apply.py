@@ -13,6 +13,9 @@
 * ``Wait``: the pod stays pending with the engine's reason; a pod held only behind others of
   this cycle (:attr:`~gpupool.scheduling.wait_cause.WaitKind.BEHIND`) is told so and tried
   again in the next one.
+
+Every cycle's waits and preemptions also go to the congestion ledger
+(:mod:`gpupool.governance.congestion_feed`), which charges each wait to the class that causes it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 
 from gpupool.core.decisions import Bind
 from gpupool.core.snapshot import AllocationError, ClusterSnapshot
+from gpupool.governance.congestion_feed import CongestionFeed
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.policy.book import PolicyBook
 from gpupool.kube.scheduler.binder import Binder
@@ -50,6 +54,7 @@ class Applier:
     binder: Binder
     stats: LiveStats
     gangs: GangStatus = field(init=False)
+    congestion: CongestionFeed = field(default_factory=CongestionFeed)
     after_cycle: CycleHook | None = None
     """Called once a cycle's decisions are taken in (admissions assumed, preemptions started),
     before its Bindings are sent: the governance controller's consolidation."""
@@ -81,6 +86,8 @@ class Applier:
                     admitted.append((pod, decision.bind, pool.name, queue.name))
             elif isinstance(decision, Preempt):
                 self.stats.preemptions += 1
+                victims = {v: r for v in decision.victims if (r := self.book.running.get(v))}
+                self.congestion.evicted(engine.policy, request.now, decision, victims)
                 reason = self.preemptions.start(pod, decision, self.state.pods)
                 self.verdicts.unschedulable(pod, reason, WaitKind.PREEMPTING)
             elif decision.cause.kind is WaitKind.BEHIND:
@@ -92,6 +99,9 @@ class Applier:
                 )
                 self.verdicts.unschedulable(pod, readable(cause, self.state.pods), cause.kind)
         self.gangs.after(result, self.state.pods)
+        self.congestion.cycle(
+            engine.policy, request.now, result, self.book.running, self.state.pending
+        )
         if self.after_cycle is not None:
             self.after_cycle(engine, request, result)
         for pod, bind, pool_name, queue_name in admitted:
