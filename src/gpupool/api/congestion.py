@@ -16,8 +16,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
+from gpupool.core.contention import class_shares
 from gpupool.governance.congestion_ledger import CongestionLedger
 from gpupool.kube.scheduler.congestion_reading import settled_congestion
+from gpupool.kube.scheduler.contention_view import live_contention
 from gpupool.kube.scheduler.live import LiveScheduler
 
 CongestionSource = Callable[[], dict[str, Any]]
@@ -47,7 +49,9 @@ class ClassCongestion(BaseModel):
         description="GPU-hours its pods held without using them (where usage is known)"
     )
     contention_share: float | None = Field(
-        None, description="Its share of GPU compute contention; null: not measured yet"
+        None,
+        description="Of the shares on contended GPUs, the fraction that are its class's; null: "
+        "no contention source",
     )
 
 
@@ -78,7 +82,7 @@ def live_congestion(scheduler: LiveScheduler) -> CongestionSource:
     """The live scheduler's ledger, settled up to now (call in its loop)."""
 
     def read() -> dict[str, Any]:
-        return settled_congestion(scheduler).as_json()
+        return settled_congestion(scheduler).as_json(class_shares(live_contention(scheduler)))
 
     return read
 

@@ -20,7 +20,7 @@ from gpupool.api.records import Namespaces
 from gpupool.api.serve import serving
 from gpupool.api.sources import DetachedView, SnapshotView
 from gpupool.api.view import PodInfo, Waiting, pools_of, queues_of, team_of
-from gpupool.core.contention import ContendedGpu
+from gpupool.core.contention import ContendedGpu, class_shares
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.governance.accounting import SECONDS_PER_HOUR
 from gpupool.policy.cluster import ClusterPolicy
@@ -68,11 +68,7 @@ class DemoView:
                 queue_list=_queues(cluster),
                 workloads=dict(cluster.pending),
                 compiled=cluster.policy,
-                contended=simulated_contention(
-                    cluster.snapshot,
-                    cluster.usage,
-                    {name: r.workload.workload_class for name, r in cluster.running.items()},
-                ),
+                contended=_contended(cluster),
             )
 
     def snapshot(self) -> ClusterSnapshot | None:
@@ -181,12 +177,19 @@ class DemoRecords:
         return lines, buckets
 
 
+def _contended(cluster: EmbeddedCluster) -> list[ContendedGpu]:
+    """The demo's GPUs under contention, from its simulated usage (call under the lock)."""
+    classes = {name: r.workload.workload_class for name, r in cluster.running.items()}
+    return simulated_contention(cluster.snapshot, cluster.usage, classes)
+
+
 def demo_congestion(session: DemoSession) -> CongestionSource:
     """The demo's congestion ledger, read under its lock, dated from the session's epoch."""
 
     def read() -> dict[str, Any]:
         with session.locked() as cluster:
-            return cluster.congestion.ledger.as_json(epoch=session.epoch)
+            shares = class_shares(_contended(cluster))
+            return cluster.congestion.ledger.as_json(shares, epoch=session.epoch)
 
     return read
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from gpupool.cli.face import CaOption, ServerOption, TokenOption, _client, _get
 
 NOT_MEASURED = "-"
-"""How a class's contention share shows while nothing measures it."""
+"""How a class's contention share shows where no contention source exists."""
 
 
 def congestion_table(body: dict[str, Any]) -> Table:

@@ -197,15 +197,22 @@ class CongestionLedger:
                 at = upto
             index += 1
 
-    def summary(self, contention: Mapping[Party, float] | None = None) -> dict[str, object]:
+    def summary(self, contention: Mapping[str, float] | None = None) -> dict[str, object]:
         """The totals: per class and queue (most imposed first), and what nobody caused.
 
-        ``contention``: each party's share of GPU contention where measured (else ``None``).
+        ``contention``: per workload class, its share of GPU contention
+        (:func:`gpupool.core.contention.contention_share_by_class`), where measured: every queue's
+        row of a class shows its class's share (contention is measured per GPU and class, not per
+        queue); ``None``: not measured.
         """
         totals = self.totals
         parties = {party for table in (totals.imposed, totals.self_imposed) for party, _ in table}
         parties |= set(totals.idle_gpu_seconds)
-        rows = [_row(totals, party, (contention or {}).get(party)) for party in sorted(parties)]
+        shares = None if contention is None else dict(contention)
+        rows = [
+            _row(totals, party, None if shares is None else shares.get(party.workload_class, 0.0))
+            for party in sorted(parties)
+        ]
         rows.sort(key=lambda row: -float(str(row["imposed_seconds"])))
         return {
             "pending_seconds": totals.pending_seconds,
@@ -214,7 +221,7 @@ class CongestionLedger:
         }
 
     def as_json(
-        self, contention: Mapping[Party, float] | None = None, epoch: float = 0.0
+        self, contention: Mapping[str, float] | None = None, epoch: float = 0.0
     ) -> dict[str, object]:
         """:meth:`summary` and the series per bucket, stacked by causing class, oldest first.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from starlette.testclient import TestClient
 
 from gpupool.api.app import create_api
@@ -22,7 +23,11 @@ def test_the_demo_answers_reservation_waits_charged_to_the_holders_class_dated_f
     nlp = next(row for row in body["classes"] if row["queue"] == "nlp")
     assert nlp["workload_class"] == "training"
     assert nlp["imposed_by_cause"]["reservation"] > 0
-    assert nlp["contention_share"] is None
+    # the demo's contention is on its shared A100s: inference and dev shares, no training pod
+    assert nlp["contention_share"] == 0.0
+    shares = {row["workload_class"]: row["contention_share"] for row in body["classes"]}
+    assert shares["inference"] > 0
+    assert sum(shares.values()) == pytest.approx(1.0)
     starts = [point["start"] for point in body["series"]]
     assert starts == sorted(starts)
     assert EPOCH <= starts[0] < starts[-1] <= EPOCH + session.cluster.now

@@ -31,5 +31,5 @@ def test_report_congestion_ranks_the_reservation_holders_class_with_its_cause(se
     rows = [line for line in done.stdout.splitlines() if "│ training" in line]
     nlp = next(line for line in rows if "│ nlp" in line)
     assert "reservation" in nlp
-    assert nlp.rstrip().rstrip("│").strip().endswith("-")  # contention share: not measured
+    assert nlp.rstrip().rstrip("│").strip().endswith("0%")  # no training share is contended
     assert "pending minutes charged" in done.stdout
