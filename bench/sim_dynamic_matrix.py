@@ -38,6 +38,7 @@ VARIANTS: dict[str, EngineOptions] = {
     "no_preemption": replace(EngineOptions(), preemption=False),
     "no_gang_reservations": replace(EngineOptions(), gang_reservations=False),
     "consolidation": EngineOptions(),
+    "consolidation_32": EngineOptions(),
     "easy": EASY,
     "follow": replace(EASY, reservations_follow_pods=True),
     "protect_large": replace(
@@ -58,10 +59,13 @@ spelled out (16 followed reservations for pods above one GPU, ends expected by a
 backfilled onto a reserved node only if its p90 runtime ends before the reserved start), so
 the commands of docs/benchmarks.md section 7 measure the same thing whatever the defaults."""
 
-CONSOLIDATING = {"consolidation"}
-"""Variants whose every pool consolidates (``Enabled``, the CRD's defaults otherwise:
-:mod:`gpupool.sim.consolidating`); the engine's defaults otherwise, so ``all_on`` is their
-baseline."""
+CONSOLIDATING = {
+    "consolidation": ConsolidationSpec(mode=ConsolidationMode.ON),
+    "consolidation_32": ConsolidationSpec(mode=ConsolidationMode.ON, max_moves_per_hour=32),
+}
+"""Variants whose every pool consolidates (:mod:`gpupool.sim.consolidating`): ``Enabled`` with
+the CRD's defaults (8 moves per pool and hour), and with four times the moves; the engine's
+defaults otherwise, so ``all_on`` is their baseline."""
 
 OVERRIDES = {
     "reservations": "reservations_per_pool",
@@ -78,7 +82,7 @@ def _run(job: tuple[Path, Path, str, dict[str, Any]]) -> dict[str, Any]:
     options = EngineOptions(**settings.pop("engine"))
     settings["pod_rules"] = PodRuleShares(**settings["pod_rules"])
     if variant in CONSOLIDATING:
-        settings["consolidation"] = ConsolidationSpec(mode=ConsolidationMode.ON)
+        settings["consolidation"] = CONSOLIDATING[variant]
     report = run_dynamic(
         read_nodes(nodes_path),
         read_pods(pods_path),
