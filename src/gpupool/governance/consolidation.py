@@ -27,7 +27,9 @@ For each pod the last cycle left waiting for resources, oldest first:
   owning the pods) is moved at most ``maxMovesPerWorkloadPerHour`` times.
 
 Moves are searched for at most once a minute (:data:`SEARCH_INTERVAL`), a few waiting pods per
-pool and a few nodes per pod each time (:data:`MAX_TRIED_PER_POOL`, :data:`MAX_NODES_TRIED`).
+pool and a few nodes per pod each time (:data:`MAX_TRIED_PER_POOL`, :data:`MAX_NODES_TRIED`); a
+pod no moves could help rests ten minutes
+(:data:`~gpupool.governance.consolidation_plan.RETRY_AFTER`) so that the next ones get a turn.
 
 Only pods a controller creates again are movable (the drivers say which and under what workload
 key), never a pod of a gang (a gang is moved whole or not at all, and a gang member's eviction
@@ -133,6 +135,8 @@ def consolidate(inputs: Inputs, history: MoveHistory) -> list[Outcome] | None:
         settings = inputs.settings[stuck.pool]
         if settings.mode is ConsolidationMode.OFF or tried[stuck.pool] >= MAX_TRIED_PER_POOL:
             continue
+        if history.resting(stuck.workload.name, now):
+            continue
         if _on_fragments(inputs.snapshot, stuck, settings, now):
             tried[stuck.pool] += 1
             candidates.append(stuck)
@@ -140,13 +144,14 @@ def consolidate(inputs: Inputs, history: MoveHistory) -> list[Outcome] | None:
         return []
     if now - history.last_search < SEARCH_INTERVAL:
         return None
-    history.last_search = now
     work = inputs.snapshot.copy()
     kept_off = (
         np.zeros(work.size, dtype=np.bool_) if inputs.kept_off is None else inputs.kept_off.copy()
     )
     pass_ = _Pass(inputs, work, kept_off, _movable(inputs, history), history)
-    return [pass_.plan(stuck) for stuck in candidates]
+    outcomes = [pass_.plan(stuck) for stuck in candidates]
+    history.searched(outcomes, now)
+    return outcomes
 
 
 def _on_fragments(

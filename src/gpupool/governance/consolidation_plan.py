@@ -88,13 +88,33 @@ class Declined:
 Outcome = Plan | Declined
 
 
+RETRY_AFTER = 600.0
+"""Seconds a waiting pod no moves could help is left out of the searches. Oldest first, a few a
+pass: without a rest the same oldest pods, those no move can serve, would be searched every pass
+and the younger ones moves could serve never."""
+
+
 @dataclass
 class MoveHistory:
-    """The moves made in the last hour, by pool and by workload (the caps count them)."""
+    """The moves made in the last hour (the caps count them), and what the searches left."""
 
     _moves: deque[tuple[float, int, str]] = field(default_factory=deque)
     last_search: float = -math.inf
-    """When moves were last searched for (:data:`SEARCH_INTERVAL` apart at least)."""
+    """When moves were last searched for (``SEARCH_INTERVAL`` apart at least)."""
+    _resting: dict[str, float] = field(default_factory=dict)
+    """Waiting pod to when it may be searched for again (:data:`RETRY_AFTER`)."""
+
+    def resting(self, pod: str, now: float) -> bool:
+        """Whether a search declined ``pod`` less than :data:`RETRY_AFTER` ago."""
+        return self._resting.get(pod, -math.inf) > now
+
+    def searched(self, outcomes: Sequence[Outcome], now: float) -> None:
+        """A search ran now: the pods it declined rest (those it planned for need no rest)."""
+        self.last_search = now
+        self._resting = {pod: until for pod, until in self._resting.items() if until > now}
+        for outcome in outcomes:
+            if isinstance(outcome, Declined):
+                self._resting[outcome.pod] = now + RETRY_AFTER
 
     def _trim(self, now: float) -> None:
         while self._moves and self._moves[0][0] <= now - HOUR:

@@ -263,3 +263,19 @@ def test_moves_are_searched_at_most_once_a_minute_and_not_at_all_without_fragmen
     assert consolidate(later, history) is not None
     nothing_waits = replace(later, stuck=[], now=NOW + 61)
     assert consolidate(nothing_waits, history) == []
+
+
+def test_pods_no_move_can_help_rest_so_that_younger_ones_get_a_turn() -> None:
+    pool = Pool([node("n0"), node("n1", gpus=1)])
+    pool.run(share("a"), 0, 0)
+    pool.run(share("b"), 0, 1)
+    pool.run(share("full", 1000), 1, 0)  # the shares of n0 could land nowhere
+    everywhere = np.ones(2, dtype=np.bool_)
+    waiting = [Stuck(Workload(whole(f"w{i}")), 0, everywhere, since=float(i)) for i in range(3)]
+    history = MoveHistory()
+    first = consolidate(replace(pool.inputs([]), stuck=waiting), history)
+    assert [o.pod for o in first or []] == ["w0", "w1"]  # two a pass, oldest first
+    second = consolidate(replace(pool.inputs([]), stuck=waiting, now=NOW + 60), history)
+    assert [o.pod for o in second or []] == ["w2"]
+    rested = consolidate(replace(pool.inputs([]), stuck=waiting, now=NOW + 660), history)
+    assert [o.pod for o in rested or []] == ["w0", "w1"]

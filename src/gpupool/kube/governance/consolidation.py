@@ -99,7 +99,9 @@ class LiveConsolidation:
         if outcomes is None:  # searched less than a minute ago: what it said stands
             return
         notes = self.scheduler.applier.notes
-        notes.clear()
+        waiting = {stuck.workload.name for stuck in inputs.stuck}
+        for uid in [uid for uid in notes if uid not in waiting]:
+            del notes[uid]  # a resting pod keeps what the search that declined it said
         waits = {d.workload.name: d for d in result.decisions if isinstance(d, Wait)}
         names = request.snapshot.node_names
         for outcome in outcomes:
