@@ -164,7 +164,7 @@ def sim_dynamic(
     gangs: Gangs = 0.0,
     consolidation: Consolidation = None,
     restart_cost: RestartCost = 600.0,
-    moves_per_hour: MovesPerHour = 8,
+    moves_per_hour: MovesPerHour = 32,
 ) -> None:
     """Poisson arrivals at --load, trace shapes, lognormal durations, pools and team queues."""
     from gpupool.sim.dynamic import DynamicSettings, run_dynamic

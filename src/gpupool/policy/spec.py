@@ -148,7 +148,7 @@ class ConsolidationSpec:
     mode: ConsolidationMode = ConsolidationMode.OFF
     restart_cost: float = DEFAULT_RESTART_COST
     class_restart_cost: tuple[tuple[str, float], ...] = ()
-    max_moves_per_hour: int = 8
+    max_moves_per_hour: int = 32
     max_moves_per_workload_per_hour: int = 1
     min_wait: float = 300.0
 
