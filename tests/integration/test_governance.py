@@ -28,7 +28,8 @@ from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.kube.client.informer import ADDED
 from gpupool.kube.controlplane.metrics import scheduler_registry
-from gpupool.kube.governance.controller import GovernanceConfig, GovernanceController
+from gpupool.kube.governance.config import GovernanceConfig
+from gpupool.kube.governance.controller import GovernanceController
 from gpupool.kube.install.crds import install_crds
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.signing import RecordSigner
@@ -328,6 +329,10 @@ async def test_idle_pod_reclaimed_after_its_grace_active_and_exempt_pods_untouch
     )
     assert 'pod="active"' not in text
     assert 'pod="copying"' not in text  # busy memory: not idle
+    # the congestion view's idle GPU-hours: the exempt pod's class held its GPU idle throughout
+    held = g.scheduler.applier.congestion.ledger.totals.idle_gpu_seconds
+    serving = sum(seconds for party, seconds in held.items() if party.workload_class == "serving")
+    assert 120 <= serving <= g.clock() - start + 1
 
 
 async def _node_events(g: Governed, reason: str) -> list[Json]:

@@ -28,7 +28,8 @@ from gpupool.api.sources import LiveView
 from gpupool.governance.accounting import GroupBy
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.client.informer import ADDED, MODIFIED
-from gpupool.kube.governance.controller import GovernanceConfig, GovernanceController
+from gpupool.kube.governance.config import GovernanceConfig
+from gpupool.kube.governance.controller import GovernanceController
 from gpupool.kube.objects.records import NodeRecord, PodRecord, PolicyObjectRecord
 from gpupool.kube.scheduler.live import LiveConfig, LiveScheduler
 from gpupool.store.cost import cost_report

@@ -15,7 +15,7 @@ from gpupool.cli.options import LogLevel, fail, log_level_of, start_logging
 if TYPE_CHECKING:
     from gpupool.kube.client.leader import LeaseConfig
     from gpupool.kube.controlplane.service import ServiceConfig
-    from gpupool.kube.governance.controller import GovernanceConfig
+    from gpupool.kube.governance.config import GovernanceConfig
     from gpupool.kube.scheduler.config import LiveConfig
 
 Kubeconfig = Annotated[
@@ -241,7 +241,7 @@ def _governance(
     interval: float, crash_loop_restarts: int, not_running_timeout: float, node_not_ready: float
 ) -> GovernanceConfig:
     from gpupool.governance.rules import CleanupLimits, GovernanceSettingsError
-    from gpupool.kube.governance.controller import GovernanceConfig
+    from gpupool.kube.governance.config import GovernanceConfig
 
     try:
         limits = CleanupLimits(crash_loop_restarts, not_running_timeout, node_not_ready)

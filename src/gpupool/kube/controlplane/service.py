@@ -33,7 +33,8 @@ from gpupool.kube.client.signing_key import load_signing_key
 from gpupool.kube.controlplane.http import HttpServer, build_app
 from gpupool.kube.controlplane.metrics import scheduler_registry
 from gpupool.kube.controlplane.serving_label import ServingLabel
-from gpupool.kube.governance.controller import GovernanceConfig, GovernanceController
+from gpupool.kube.governance.config import GovernanceConfig
+from gpupool.kube.governance.controller import GovernanceController
 from gpupool.kube.objects.signing import RecordSigner
 from gpupool.kube.scheduler.config import LiveConfig
 from gpupool.kube.scheduler.live import LiveScheduler

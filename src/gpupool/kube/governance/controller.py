@@ -40,9 +40,10 @@ from gpupool.core.model import PodSpec
 from gpupool.governance.decisions import Action, Cleanup, ClearWarning, Decision, Reclaim, Warn
 from gpupool.governance.freshness import decide_on_fresh_usage, usage_is_stale
 from gpupool.governance.idleness import idle_since
-from gpupool.governance.rules import CleanupLimits, Limits, PodFacts, PodWarning
+from gpupool.governance.rules import Limits, PodFacts, PodWarning
 from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.kube.governance.audit import Auditor
+from gpupool.kube.governance.config import GovernanceConfig
 from gpupool.kube.governance.consolidation import LiveConsolidation
 from gpupool.kube.governance.facts import (
     GovernanceSettings,
@@ -53,6 +54,7 @@ from gpupool.kube.governance.facts import (
     read_settings,
 )
 from gpupool.kube.governance.gang_peers import with_gang
+from gpupool.kube.governance.idle_congestion import IdleCharges
 from gpupool.kube.governance.ledger import QueueLedger
 from gpupool.kube.governance.phantoms import find_phantoms, release_phantom
 from gpupool.kube.governance.silence import AgentSilence
@@ -70,28 +72,6 @@ from gpupool.store.writer import StoreWriter
 log = logging.getLogger(__name__)
 
 GROUP = "/apis/gpupool.io/v1alpha1"
-
-
-@dataclass(frozen=True, slots=True)
-class GovernanceConfig:
-    """How the controller runs.
-
-    Attributes:
-        interval: Seconds between passes.
-        cleanup: When a pod counts as abnormal.
-        phantom_interval: Least seconds between two phantom checks (each LISTs every pod, so
-            on a large cluster it runs less often than the passes; 0: every pass).
-    """
-
-    interval: float = 5.0
-    cleanup: CleanupLimits = field(default_factory=CleanupLimits)
-    phantom_interval: float = 30.0
-
-    def __post_init__(self) -> None:
-        if not self.interval > 0:
-            raise ValueError(f"interval: must be > 0, got {self.interval}")
-        if not self.phantom_interval >= 0:
-            raise ValueError(f"phantom_interval: must be >= 0, got {self.phantom_interval}")
 
 
 class LeadershipLostError(Exception):
@@ -148,6 +128,7 @@ class GovernanceController:
         self._next_phantom_check = 0.0
         self.ledger = QueueLedger(writer)
         self.auditor = Auditor(writer, scheduler.config.identity)
+        self.idle_charges = IdleCharges(scheduler)
         self.consolidation = LiveConsolidation(
             scheduler, self.auditor, lambda: self.settings, clock
         )
@@ -227,6 +208,7 @@ class GovernanceController:
                 self.stats.pass_errors += 1
                 log.warning("governance on %s (%s): %r", pod.key, decision.rule.value, error)
         self.stats.idle_seconds = idle
+        self.idle_charges.charge(idle, now)
         if time.monotonic() >= self._next_phantom_check:
             self._next_phantom_check = time.monotonic() + self.config.phantom_interval
             await self._release_phantoms(now)
