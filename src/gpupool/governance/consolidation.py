@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -106,6 +106,8 @@ class Inputs:
             asked only when a plan is found (computing it visits every running pod).
         now: Seconds.
         kept_off: Nodes moved pods may not count on (nominated or reserved); ``None``: none.
+        reserved: Node row to the pod its backfill reservation is held for: a waiting pod may
+            be planned onto the node reserved for it (no other waiting pod onto it).
         min_runtime: Per queue index, its ``minRuntimeBeforePreemption``.
         disruption: The PodDisruptionBudgets that cover running pods.
     """
@@ -119,6 +121,7 @@ class Inputs:
     expected_ends: Callable[[], Sequence[tuple[float, str]]]
     now: float
     kept_off: BoolArray | None = None
+    reserved: Mapping[int, str] = field(default_factory=dict)
     min_runtime: Sequence[float] = ()
     disruption: DisruptionBudgets = NO_BUDGETS
 
@@ -234,7 +237,10 @@ class _Pass:
         by_node: dict[int, list[Running]] = {}
         for running in self.movable.values():
             by_node.setdefault(running.node, []).append(running)
-        usable = stuck.nodes & admissible(work, pod) & ~self.kept_off
+        blocked = self.kept_off.copy()
+        own = [n for n, holder in self.inputs.reserved.items() if holder == stuck.workload.name]
+        blocked[own] = False  # the node reserved for it is the one it waits for
+        usable = stuck.nodes & admissible(work, pod) & ~blocked
         room = {
             node: int(work.gpu_free_total[node]) + sum(r.units for r in pods)
             for node, pods in by_node.items()

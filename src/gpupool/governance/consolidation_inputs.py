@@ -84,6 +84,7 @@ def inputs_after(
         ),
         now=request.now,
         kept_off=nominated | reserved,
+        reserved={r.node: r.pod for held in result.reservations.values() for r in held},
         min_runtime=[float(seconds) for seconds in tables.min_runtime],
         disruption=request.disruption,
     )

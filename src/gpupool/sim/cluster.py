@@ -150,8 +150,10 @@ class SimulatedCluster:
         self.claim_pods.discard(name)
         self.changed = True
 
-    def move(self, name: str, restart: float) -> Running:
+    def move(self, name: str, restart: float, to_fit: str) -> Running:
         """Evict a running pod to be placed again: it runs what it had left plus ``restart``.
+
+        ``to_fit``: the waiting pod the move makes room for.
 
         Unlike a preempted pod, whose work is lost, a moved pod resumes from its last
         checkpoint: the restart cost its pool sets is the work and start-up it loses.
@@ -161,7 +163,7 @@ class SimulatedCluster:
         self.pending[name] = record.workload
         self._durations[name] = left + restart
         self.changed = True
-        self.on_move(record)
+        self.on_move(record, to_fit)
         return record
 
     def nominate(self, name: str, node: int) -> None:
@@ -257,8 +259,8 @@ class SimulatedCluster:
     def on_evict(self, record: Running, decision: Preempt) -> None:
         """A running pod was preempted for ``decision.workload`` and is pending again."""
 
-    def on_move(self, record: Running) -> None:
-        """A running pod was moved by consolidation and is pending again."""
+    def on_move(self, record: Running, to_fit: str) -> None:
+        """A running pod was moved by consolidation, to make room for ``to_fit``; it is pending."""
 
     def on_finish(self, record: Running) -> None:
         """A running pod reached its end."""

@@ -83,7 +83,8 @@ class Consolidating:
     def _carry_out(self, plan: Plan, counted: bool) -> None:
         cluster = self.cluster
         for move in plan.moves:
-            cluster.move(move.pod, move.loss_gpu_seconds / move.gpus if move.gpus else 0.0)
+            restart = move.loss_gpu_seconds / move.gpus if move.gpus else 0.0
+            cluster.move(move.pod, restart, plan.pod)
         cluster.nominate(plan.pod, plan.node)
         self.history.record(plan, cluster.now)
         if counted:

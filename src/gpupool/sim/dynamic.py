@@ -264,7 +264,7 @@ class _DynamicRun(SimulatedCluster):
         """Consolidation after the cycle (:mod:`~gpupool.sim.consolidating`)."""
         return self.consolidating.after(request, result)
 
-    def on_move(self, record: Running) -> None:
+    def on_move(self, record: Running, to_fit: str) -> None:
         """A moved pod is pending again."""
         self.metrics.pod_moved(record)
 

@@ -18,6 +18,7 @@ on the others, go to the congestion ledger (:mod:`gpupool.governance.congestion_
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,10 +34,11 @@ from gpupool.governance.usage import UsageHistory, UsagePoint
 from gpupool.policy.spec import PolicyConfig
 from gpupool.policy.units import MILLI_UNITS
 from gpupool.policy.workload import Running, Workload
-from gpupool.scheduling.decisions import Admit, Preempt, Wait
+from gpupool.scheduling.decisions import Admit, CycleRequest, CycleResult, Preempt, Wait
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.wait_cause import WaitCause, WaitKind
 from gpupool.sim.cluster import SimulatedCluster
+from gpupool.sim.consolidating import Consolidating
 from gpupool.sim.governing import WarnedPods
 from gpupool.sim.hourly import HourlyGpuHours
 
@@ -106,6 +108,8 @@ class EmbeddedCluster(SimulatedCluster):
         self._submissions: dict[str, Submission] = {}
         self._usage_seen: dict[str, UsageHistory] = {}
         self._warned = WarnedPods()
+        self.consolidating = Consolidating(self, (0.0, math.inf))
+        """Each pool's ``spec.consolidation``, after every cycle (:mod:`.consolidating`)."""
 
     def submit(self, submission: Submission) -> None:
         """A pod arrives now."""
@@ -196,6 +200,16 @@ class EmbeddedCluster(SimulatedCluster):
         self.causes[victim] = WaitCause(WaitKind.OTHER, f"preempted for {preemptor}")
         detail = f"{decision.rule.value} for {preemptor} on {decision.node_name}"
         self.events.append(ClusterEvent(self.now, "preempt", victim, detail))
+
+    def consolidated(self, request: CycleRequest, result: CycleResult) -> bool:
+        """Consolidation's plans after the cycle, carried out."""
+        return self.consolidating.after(request, result)
+
+    def on_move(self, record: Running, to_fit: str) -> None:
+        """The moved pod waits again, and says for whom."""
+        name = record.workload.name
+        self.causes[name] = WaitCause(WaitKind.OTHER, f"moved by consolidation for {to_fit}")
+        self.events.append(ClusterEvent(self.now, "move", name, f"consolidation, for {to_fit}"))
 
     def on_finish(self, record: Running) -> None:
         """Count it and tell the ticker."""

@@ -279,3 +279,19 @@ def test_pods_no_move_can_help_rest_so_that_younger_ones_get_a_turn() -> None:
     assert [o.pod for o in second or []] == ["w2"]
     rested = consolidate(replace(pool.inputs([]), stuck=waiting, now=NOW + 660), history)
     assert [o.pod for o in rested or []] == ["w0", "w1"]
+
+
+def test_a_pod_may_be_planned_onto_the_node_reserved_for_it_and_no_other_pod_may() -> None:
+    pool = fragmented(3)
+    reserved = np.array([True, False, False])
+    mine = consolidate(
+        pool.inputs([whole("w")], kept_off=reserved, reserved={0: "w"}), MoveHistory()
+    )
+    assert isinstance(plan := only(mine), Plan)
+    assert plan.node == 0  # n0 had the most room too; reserved for w, it stays open to w
+    theirs = consolidate(
+        pool.inputs([whole("w")], kept_off=reserved, reserved={0: "other"}), MoveHistory()
+    )
+    assert isinstance(other := only(theirs), Plan)
+    assert other.node != 0
+    assert all(move.target != 0 for move in other.moves)
