@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from gpupool.governance.freshness import DEFAULT_PUBLICATION_PERIOD
+from gpupool.kube.objects.annotation_json import decode_annotation
 from gpupool.kube.objects.vocabulary import ANNOTATION_GPU_CONTENTION
 
 log = logging.getLogger(__name__)
@@ -80,12 +81,9 @@ def decode_contention(text: str) -> ContentionSignal:
     Raises:
         ContentionSignalError: Not JSON, a field missing, of the wrong type or out of range.
     """
-    try:
-        return msgspec.json.decode(text, type=ContentionSignal)
-    except msgspec.ValidationError as error:
-        raise ContentionSignalError(f"{ANNOTATION_GPU_CONTENTION}: {error}") from None
-    except msgspec.DecodeError as error:
-        raise ContentionSignalError(f"{ANNOTATION_GPU_CONTENTION}: not JSON ({error})") from None
+    return decode_annotation(
+        text, ContentionSignal, ANNOTATION_GPU_CONTENTION, ContentionSignalError
+    )
 
 
 def read_contention(annotations: Mapping[str, str], node: str) -> ContentionSignal | None:

@@ -18,6 +18,7 @@ from typing import Annotated
 import msgspec
 
 from gpupool.governance.freshness import DEFAULT_PUBLICATION_PERIOD
+from gpupool.kube.objects.annotation_json import decode_annotation
 from gpupool.kube.objects.vocabulary import ANNOTATION_GPU_USAGE
 
 MAX_PERCENT = 100 * 64
@@ -77,9 +78,4 @@ def decode_usage(text: str) -> UsageSignal:
     Raises:
         UsageSignalError: Not JSON, a field missing, of the wrong type or out of range.
     """
-    try:
-        return msgspec.json.decode(text, type=UsageSignal)
-    except msgspec.ValidationError as error:
-        raise UsageSignalError(f"{ANNOTATION_GPU_USAGE}: {error}") from None
-    except msgspec.DecodeError as error:
-        raise UsageSignalError(f"{ANNOTATION_GPU_USAGE}: not JSON ({error})") from None
+    return decode_annotation(text, UsageSignal, ANNOTATION_GPU_USAGE, UsageSignalError)
