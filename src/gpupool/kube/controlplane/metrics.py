@@ -223,14 +223,14 @@ def _governance_families(controller: GovernanceController) -> Iterator[Metric]:
 def _consolidation_families(controller: GovernanceController) -> Iterator[Metric]:
     """Consolidation's plans and moves, by pool (and mode): pools are few, set by the admin."""
     consolidation = controller.consolidation
-    moves = CounterMetricFamily(
-        f"{GOVERNANCE_PREFIX}consolidation_moves",
-        "Pods moved (evicted to be placed again) so that a pod waiting on fragments fits.",
-        labels=["pool"],
+    yield _by_label(
+        CounterMetricFamily(
+            f"{GOVERNANCE_PREFIX}consolidation_moves",
+            "Pods moved (evicted to be placed again) so that a pod waiting on fragments fits.",
+            labels=["pool"],
+        ),
+        dict(sorted(consolidation.moves.items())),
     )
-    for pool, count in sorted(consolidation.moves.items()):
-        moves.add_metric([pool], count)
-    yield moves
     plans = CounterMetricFamily(
         f"{GOVERNANCE_PREFIX}consolidation_plans",
         "Consolidation plans carried out (mode Enabled) or told (ReportOnly), by pool and mode.",
