@@ -32,6 +32,7 @@ from gpupool.kube.governance.config import GovernanceConfig
 from gpupool.kube.governance.controller import GovernanceController
 from gpupool.kube.objects.records import NodeRecord, PodRecord, PolicyObjectRecord
 from gpupool.kube.scheduler.live import LiveConfig, LiveScheduler
+from gpupool.kube.scheduler.read_view import SchedulerReader
 from gpupool.store.cost import cost_report
 from gpupool.store.engine import open_store
 from gpupool.store.queries import allocations_overlapping
@@ -157,7 +158,7 @@ async def test_quota_cost_and_api_count_the_same_gpu_units(
     assert hours == pytest.approx(units, rel=1e-3)  # an hour held
     assert billed == pytest.approx(units, rel=1e-3)
 
-    frozen = LiveView(scheduler).detached()
+    frozen = LiveView(SchedulerReader(scheduler)).detached()
     (team,) = view.teams(frozen)
     assert (team.name, team.used_units) == ("team", units)
     assert {q.name: q.used_units for q in frozen.queues()}["team"] == units

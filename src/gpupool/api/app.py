@@ -29,7 +29,7 @@ from starlette.types import ASGIApp
 
 from gpupool.api import records, view
 from gpupool.api.auth import API_AUDIENCE, Authorizer, ClusterAuthorizer, RequireReader
-from gpupool.api.congestion import CongestionSource, congestion_routes, live_congestion
+from gpupool.api.congestion import CongestionSource, congestion_routes
 from gpupool.api.contention import Contention, contention
 from gpupool.api.dashboard import add_dashboard
 from gpupool.api.explain import NotPendingError, explain
@@ -57,7 +57,7 @@ from gpupool.api.scope import (
 from gpupool.api.sources import LiveView
 from gpupool.api.view import ClusterView
 from gpupool.kube.client.api import KubeAPI
-from gpupool.kube.scheduler.live import LiveScheduler
+from gpupool.kube.scheduler.read_view import SchedulerReader
 
 NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 """A Kubernetes object name (DNS subdomain characters)."""
@@ -268,19 +268,19 @@ def create_face(
 
 
 def live_face(
-    scheduler: LiveScheduler,
+    reader: SchedulerReader,
     api: KubeAPI,
     record_source: RecordSource | None = None,
     *,
     insecure_local: bool = False,
     audience: str = API_AUDIENCE,
 ) -> ASGIApp:
-    """The face of a live control plane: its scheduler's cache, tokens checked by its cluster."""
+    """A live control plane's face: its scheduler's read view, tokens checked by its cluster."""
     authorizer = ClusterAuthorizer(api, audience=audience)
     return create_face(
-        LiveView(scheduler),
+        LiveView(reader),
         authorizer,
         record_source,
         insecure_local=insecure_local,
-        congestion=live_congestion(scheduler),
+        congestion=reader.congestion,
     )

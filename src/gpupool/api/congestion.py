@@ -16,11 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from gpupool.core.contention import class_shares
 from gpupool.governance.congestion_ledger import CongestionLedger
-from gpupool.kube.scheduler.congestion_reading import settled_congestion
-from gpupool.kube.scheduler.contention_view import live_contention
-from gpupool.kube.scheduler.live import LiveScheduler
 
 CongestionSource = Callable[[], dict[str, Any]]
 """The ledger's JSON (:meth:`~.CongestionLedger.as_json`), bucket starts in Unix seconds."""
@@ -76,15 +72,6 @@ class Congestion(BaseModel):
     )
     classes: list[ClassCongestion] = Field(description="Most imposed first")
     series: list[CongestionPoint] = Field(description="Oldest first")
-
-
-def live_congestion(scheduler: LiveScheduler) -> CongestionSource:
-    """The live scheduler's ledger, settled up to now (call in its loop)."""
-
-    def read() -> dict[str, Any]:
-        return settled_congestion(scheduler).as_json(class_shares(live_contention(scheduler)))
-
-    return read
 
 
 def congestion_routes(source: CongestionSource | None, guard: Guard) -> APIRouter:

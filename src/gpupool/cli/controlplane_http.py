@@ -63,6 +63,7 @@ def face_builder(audience: str, insecure_local: bool) -> FaceFactory:
     try:
         from gpupool.api.app import live_face
         from gpupool.api.store_records import StoreRecords
+        from gpupool.kube.scheduler.read_view import SchedulerReader
     except ImportError as error:
         raise fail(
             f"--api: the REST API needs the face extra (pip install 'gpupool[face]'), "
@@ -73,6 +74,7 @@ def face_builder(audience: str, insecure_local: bool) -> FaceFactory:
 
     def face(scheduler: LiveScheduler, api: KubeAPI, engine: AsyncEngine | None) -> ASGIApp:
         records = StoreRecords(engine) if engine is not None else None
-        return live_face(scheduler, api, records, insecure_local=insecure_local, audience=audience)
+        reader = SchedulerReader(scheduler)
+        return live_face(reader, api, records, insecure_local=insecure_local, audience=audience)
 
     return face

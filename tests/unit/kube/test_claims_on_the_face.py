@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gpupool.api import view
 from gpupool.api.sources import LiveView
+from gpupool.kube.scheduler.read_view import SchedulerReader
 
 from .builders import pod_dict
 from .claim_server import ClaimServer, add_pods, claim_pod_json, live_scheduler, run_cycles
@@ -31,7 +32,7 @@ async def test_claims_gpus_are_shown_as_their_pods_and_counted_to_their_team() -
     await run_cycles(scheduler, server, pods)
     assert set(server.bindings) == set(pods)
 
-    frozen = LiveView(scheduler).detached()
+    frozen = LiveView(SchedulerReader(scheduler)).detached()
     shares = [share for node in view.nodes(frozen) for gpu in node.gpus for share in gpu.shares]
     by_claim = sorted((s.claim, s.pod) for s in shares if s.claim)
     # the shared claim is shown once, as the pod its queue is charged through
