@@ -1,4 +1,4 @@
-"""Every headline number of the README comes from code still in the history, or says which.
+"""Every headline number of the README cites its JSON and comes from current code, or says which.
 
 docs/headlines.toml lists each: its text, where it is shown, the JSON it comes from and the paths
 it measures. A number whose JSON was written at a commit older than the latest change to those
@@ -53,6 +53,9 @@ def test_a_headline_is_from_current_code_or_says_which_commit(headline: dict[str
     for shown in headline["shown_in"]:
         text = (REPO / shown).read_text()
         assert headline["text"] in " ".join(text.split()), f"{shown} no longer shows it"
+        assert headline["json"] in _paragraph(text, headline["text"]), (
+            f"{shown}: {headline['text']!r} does not cite {headline['json']} beside it"
+        )
         if source["dirty"] or not _current(source["commit"], headline["measures"]):
             said = re.findall(r"measured at ([0-9a-f]{7,40})", _paragraph(text, headline["text"]))
             assert any(source["commit"].startswith(sha) for sha in said), (
