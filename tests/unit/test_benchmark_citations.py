@@ -81,17 +81,18 @@ def recorded_commits(value: Any) -> set[str]:
     return set()
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=REPO, capture_output=True, text=True, check=False
+    ).stdout.strip()
+
+
 def written_at(path: Path) -> str:
-    """The commit that last wrote ``path`` (a result without a recorded commit measured code at
-    or before it)."""
-    result = subprocess.run(
-        ["git", "log", "-1", "--format=%H", "--", str(path.relative_to(REPO))],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return result.stdout.split()[-1] if result.stdout.split() else ""
+    """The commit that last wrote ``path`` ("" without the history to tell): a result without
+    a recorded commit measured code at or before it."""
+    if _git("rev-parse", "--is-shallow-repository") != "false":
+        return ""
+    return _git("log", "-1", "--format=%H", "--", str(path.relative_to(REPO)))
 
 
 SECTIONS = list(sections(PAGE.read_text()))
