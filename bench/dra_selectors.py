@@ -22,13 +22,13 @@ from typing import Any
 
 import msgspec
 
-from gpupool.agent.dra_slice import slice_devices, slice_object
+from gpupool.agent.dra.slice import slice_devices, slice_object
 from gpupool.agent.fakenvml import preset_devices
 from gpupool.kube.install.device_classes import device_class_manifests
-from gpupool.kube.objects.claim_devices import translate_pod_claims
-from gpupool.kube.objects.device_cache import DeviceCache
-from gpupool.kube.objects.dra import DeviceClass, ResourceClaim, ResourceSlice
-from gpupool.kube.objects.dra_cel import COMPILER
+from gpupool.kube.objects.dra.cel import COMPILER
+from gpupool.kube.objects.dra.claim_devices import translate_pod_claims
+from gpupool.kube.objects.dra.device_cache import DeviceCache
+from gpupool.kube.objects.dra.records import DeviceClass, ResourceClaim, ResourceSlice
 from gpupool.kube.objects.records import PodRecord
 from gpupool.sim.provenance import provenance
 

@@ -24,12 +24,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchlib.claim_check import claim_problems, claim_results, partial_results
-from gpupool.agent.dra_slice import slice_devices, slice_object
+from gpupool.agent.dra.slice import slice_devices, slice_object
 from gpupool.agent.nvml import GpuDevice
 from gpupool.devcluster.fakenodes import FakeGpuNode
 from gpupool.kube.client.api import ApiError, JsonObject, KubeAPI
 from gpupool.kube.install.device_classes import install_device_classes
-from gpupool.kube.objects.dra import API_VERSION, CLASS_WHOLE, DRIVER, SLICES_PATH
+from gpupool.kube.objects.dra.records import API_VERSION, CLASS_WHOLE, DRIVER, SLICES_PATH
 
 RESOURCE = f"/apis/{API_VERSION}"
 PROBLEMS_KEPT = 10

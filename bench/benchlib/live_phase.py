@@ -44,7 +44,7 @@ from gpupool.devcluster.fakenodes import create_nodes
 from gpupool.devcluster.processes import StartError
 from gpupool.devcluster.session import wait_nodes_ready
 from gpupool.kube.client.api import JsonObject, KubeAPI
-from gpupool.kube.objects.dra import DRIVER
+from gpupool.kube.objects.dra.records import DRIVER
 
 Log = Callable[[str], None]
 

@@ -22,7 +22,7 @@ from gpupool.devcluster.controlplane import LocalControlPlane, SchedulerClient
 from gpupool.devcluster.fakenodes import FakeGpuNode
 from gpupool.devcluster.processes import ManagedProcess
 from gpupool.kube.client.api import MERGE_PATCH, ApiError, JsonObject, KubeAPI
-from gpupool.kube.objects.dra import SLICES_PATH
+from gpupool.kube.objects.dra.records import SLICES_PATH
 from gpupool.kube.objects.vocabulary import RESOURCE_GPU, SCHEDULER_NAME
 
 GPUPOOL = "gpupool"

@@ -1,6 +1,6 @@
 """DRA objects the live tests need: a kwok node with gpupool's ResourceSlice, and claim pods.
 
-The slice is the one the agent publishes (:func:`gpupool.agent.dra_slice.slice_object`), for
+The slice is the one the agent publishes (:func:`gpupool.agent.dra.slice.slice_object`), for
 four A100s and a fifth GPU in MIG mode with seven 1g.10gb instances; the test writes it, as the
 agent would, because kwok runs no agent.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupool.agent.dra_slice import slice_devices, slice_object
+from gpupool.agent.dra.slice import slice_devices, slice_object
 from gpupool.agent.nvml import GpuDevice, MigDevice
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
@@ -17,7 +17,7 @@ from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.install.crds import apply_object, install_crds
 from gpupool.kube.install.device_classes import device_class_manifests
 from gpupool.kube.install.rbac import grant_scheduler_role
-from gpupool.kube.objects.dra import CLASSES_PATH, SLICES_PATH
+from gpupool.kube.objects.dra.records import CLASSES_PATH, SLICES_PATH
 
 from .live_helpers import SchedulerProcesses
 

@@ -24,7 +24,7 @@ from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.kube.install.crds import apply_object, install_crds
 from gpupool.kube.install.device_classes import device_class_manifests
-from gpupool.kube.objects.dra import CLASSES_PATH, SLICES_PATH, ResourceSlice, slice_name
+from gpupool.kube.objects.dra.records import CLASSES_PATH, SLICES_PATH, ResourceSlice, slice_name
 
 from .live_helpers import wait_for
 

@@ -18,8 +18,8 @@ from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.install.crds import apply_object, install_crds
 from gpupool.kube.install.device_classes import device_class_manifests
-from gpupool.kube.objects.dra import CLASSES_PATH
-from gpupool.kube.scheduler.claims import CLAIM_KEY
+from gpupool.kube.objects.dra.records import CLASSES_PATH
+from gpupool.kube.scheduler.dra.claims import CLAIM_KEY
 from gpupool.store.queries import allocations_overlapping
 from gpupool.store.records import AuditAction
 

@@ -17,7 +17,7 @@ from benchlib.claim_check import claim_problems, claim_results
 
 from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.kube.client.api import ApiError, KubeAPI
-from gpupool.kube.scheduler.claim_writes import DELETE_PROTECTION
+from gpupool.kube.scheduler.dra.claim_writes import DELETE_PROTECTION
 
 from .dra_helpers import claims_by_name, create_claim_pod, node_with_slice, start_claims_scheduler
 from .live_helpers import (

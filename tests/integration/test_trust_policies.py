@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupool.agent.dra_slice import ResourceSlicePublisher
+from gpupool.agent.dra.slice import ResourceSlicePublisher
 from gpupool.agent.inventory import NodePublication, NodePublisher, publication
 from gpupool.agent.nvml import GpuDevice
 from gpupool.devcluster.controlplane import LocalControlPlane
@@ -39,7 +39,7 @@ from gpupool.kube.install.admission_policy import (
     POLICY_PATH,
 )
 from gpupool.kube.install.crds import apply_object, install_crds
-from gpupool.kube.objects.dra import SLICES_PATH, slice_name
+from gpupool.kube.objects.dra.records import SLICES_PATH, slice_name
 from gpupool.kube.objects.events import pod_event
 from gpupool.kube.objects.records import ObjectMeta, PodRecord
 from gpupool.kube.objects.vocabulary import LABEL_CLASS, LABEL_QUEUE

@@ -22,7 +22,7 @@ from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
 from gpupool.kube.client.api import MERGE_PATCH, ApiError, KubeAPI
 from gpupool.kube.install.crds import install_crds
-from gpupool.kube.objects.dra import CLASSES_PATH
+from gpupool.kube.objects.dra.records import CLASSES_PATH
 from gpupool.webhook.configuration import (
     FailurePolicy,
     WebhookTarget,

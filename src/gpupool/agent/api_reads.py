@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from gpupool.kube.client.api import ApiError, KubeAPI
-from gpupool.kube.objects.dra import API_PREFIX, ResourceClaim
+from gpupool.kube.objects.dra.records import API_PREFIX, ResourceClaim
 from gpupool.kube.objects.records import PodRecord
 
 

@@ -9,7 +9,7 @@ files in ``/var/run/cdi`` when it *creates* the container, which the kubelet doe
 refuses, no spec exists, and the runtime fails the container instead of starting it without
 caps or with someone else's GPU.
 
-The DRA path (:mod:`gpupool.agent.dra_prepare`) writes the same edits for a prepared claim
+The DRA path (:mod:`gpupool.agent.dra.prepare`) writes the same edits for a prepared claim
 under its own kind, ``gpupool.io/claim=<claim uid>``, so the hand-off's collection of orphaned
 container specs never touches a claim's, and the other way round.
 

@@ -24,9 +24,9 @@ from gpupool.agent.contention import (
     shares_on_gpus,
 )
 from gpupool.agent.devices import advertised
-from gpupool.agent.dra_plugin import DraPluginHost
-from gpupool.agent.dra_prepare import ClaimPreparer
-from gpupool.agent.dra_slice import ResourceSlicePublisher
+from gpupool.agent.dra.plugin import DraPluginHost
+from gpupool.agent.dra.prepare import ClaimPreparer
+from gpupool.agent.dra.slice import ResourceSlicePublisher
 from gpupool.agent.grants import NO_OVERCOMMIT, Overcommit
 from gpupool.agent.handoff import Handoff, HandoffConfig
 from gpupool.agent.inventory import NodePublisher, gpu_labels, publication

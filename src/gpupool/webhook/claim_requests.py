@@ -6,7 +6,7 @@ gpupool and checks its queue and class the same way. The pod names its claims on
 kube-controller-manager makes one per pod), so the webhook reads each one by name, and each
 DeviceClass a request names (``exactly`` or a ``firstAvailable`` alternative). A class is
 gpupool's when it carries ``gpupool.io/request-kind``, the label the scheduler reads
-(:mod:`gpupool.kube.objects.claims`).
+(:mod:`gpupool.kube.objects.dra.claims`).
 
 A claim or template that does not exist yet asks for nothing: the pod is admitted unrouted, and
 kube-scheduler, which then holds it, cannot allocate gpupool's devices
@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from gpupool.kube.client.api import ApiError, KubeAPI
-from gpupool.kube.objects.dra import (
+from gpupool.kube.objects.dra.records import (
     API_PREFIX,
     CLASSES_PATH,
     LABEL_REQUEST_KIND,

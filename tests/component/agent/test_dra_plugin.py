@@ -21,8 +21,8 @@ import msgspec
 import pytest
 
 from gpupool.agent.cdi import CLAIM, spec_path
-from gpupool.agent.dra_plugin import DraPluginHost
-from gpupool.agent.dra_prepare import ClaimPreparer
+from gpupool.agent.dra.plugin import DraPluginHost
+from gpupool.agent.dra.prepare import ClaimPreparer
 from gpupool.agent.fakenvml import FakeNvml
 from gpupool.agent.grants import ContainerGrant, GpuGrant
 from gpupool.agent.handoff import HandoffConfig
@@ -31,8 +31,8 @@ from gpupool.agent.protos.dra.v1 import api_pb2 as dra_pb2
 from gpupool.agent.protos.dra.v1 import api_pb2_grpc as dra_grpc
 from gpupool.agent.protos.pluginregistration.v1 import api_pb2 as reg_pb2
 from gpupool.agent.protos.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from gpupool.kube.objects.claim_record import ClaimAllocationRecord, device_status, encode
-from gpupool.kube.objects.dra import AllocationResult, ResourceClaim
+from gpupool.kube.objects.dra.claim_record import ClaimAllocationRecord, device_status, encode
+from gpupool.kube.objects.dra.records import AllocationResult, ResourceClaim
 from gpupool.kube.objects.signing import CLAIM_DOMAIN, RecordSigner
 
 from .node import SCHEDULER, PublishedKey, installed_isolation

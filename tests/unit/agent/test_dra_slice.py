@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from gpupool.agent.dra_slice import driver_semver, slice_devices, slice_object
+from gpupool.agent.dra.slice import driver_semver, slice_devices, slice_object
 from gpupool.agent.fakenvml import preset_devices
-from gpupool.kube.objects.dra_values import is_semver
+from gpupool.kube.objects.dra.cel_values import is_semver
 from gpupool.kube.objects.quantity import MIB, binary_quantity, milli_quantity, parse_quantity
 
 

@@ -18,7 +18,7 @@ import msgspec
 from gpupool.agent.nvml import GpuDevice, MigDevice
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.client.informer import ADDED, DELETED, MODIFIED
-from gpupool.kube.objects.dra import ResourceClaim
+from gpupool.kube.objects.dra.records import ResourceClaim
 from gpupool.kube.objects.records import NodeRecord, PodRecord
 from gpupool.kube.scheduler.live import LiveConfig, LiveScheduler
 

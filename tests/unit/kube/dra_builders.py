@@ -6,10 +6,10 @@ from typing import Any
 
 import msgspec
 
-from gpupool.agent.dra_slice import slice_devices, slice_object
+from gpupool.agent.dra.slice import slice_devices, slice_object
 from gpupool.agent.nvml import GpuDevice
 from gpupool.kube.install.device_classes import device_class_manifests
-from gpupool.kube.objects.dra import DeviceClass, ResourceClaim, ResourceSlice
+from gpupool.kube.objects.dra.records import DeviceClass, ResourceClaim, ResourceSlice
 from gpupool.kube.objects.records import PodRecord
 
 Json = dict[str, Any]

@@ -23,15 +23,20 @@ from gpupool.agent.nvml import GpuDevice, MigDevice
 from gpupool.core.filtering import filter_nodes
 from gpupool.core.model import NodeSpec, PodSpec, RequestKind
 from gpupool.core.snapshot import ClusterSnapshot
-from gpupool.kube.objects.claim_devices import (
+from gpupool.kube.objects.dra.cel import COMPILER, cel_device
+from gpupool.kube.objects.dra.claim_devices import (
     allocation_result,
     device_of_column,
     gpu_columns,
     translate_pod_claims,
 )
-from gpupool.kube.objects.device_cache import DeviceCache
-from gpupool.kube.objects.dra import DRIVER, Device, DeviceRequestAllocationResult, ResourceSlice
-from gpupool.kube.objects.dra_cel import COMPILER, cel_device
+from gpupool.kube.objects.dra.device_cache import DeviceCache
+from gpupool.kube.objects.dra.records import (
+    DRIVER,
+    Device,
+    DeviceRequestAllocationResult,
+    ResourceSlice,
+)
 from gpupool.kube.objects.quantity import parse_quantity
 from gpupool.kube.objects.translate import InvalidObjectError
 from gpupool.scheduling.claim_placement import (

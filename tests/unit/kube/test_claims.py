@@ -7,14 +7,14 @@ import pytest
 
 from gpupool.agent.fakenvml import preset_devices
 from gpupool.core.model import RequestKind
-from gpupool.kube.objects.claim_devices import (
+from gpupool.kube.objects.dra.claim_devices import (
     ClaimTranslation,
     allocation_result,
     gpu_columns,
     translate_pod_claims,
 )
-from gpupool.kube.objects.device_cache import DeviceCache
-from gpupool.kube.objects.dra import DeviceClass, ResourceClaim, ResourceClaimTemplate
+from gpupool.kube.objects.dra.device_cache import DeviceCache
+from gpupool.kube.objects.dra.records import DeviceClass, ResourceClaim, ResourceClaimTemplate
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.translate import InvalidObjectError
 

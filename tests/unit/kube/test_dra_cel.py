@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpupool.agent.dra_slice import slice_devices
+from gpupool.agent.dra.slice import slice_devices
 from gpupool.agent.fakenvml import preset_devices
-from gpupool.kube.objects.dra import DRIVER
-from gpupool.kube.objects.dra_cel import COMPILER, SelectorCompileError, cel_device
-from gpupool.kube.objects.dra_values import Semver, parse_semver
+from gpupool.kube.objects.dra.cel import COMPILER, SelectorCompileError, cel_device
+from gpupool.kube.objects.dra.cel_values import Semver, parse_semver
+from gpupool.kube.objects.dra.records import DRIVER
 
 DEVICES = [
     cel_device(DRIVER, device, COMPILER.values)

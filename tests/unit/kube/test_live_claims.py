@@ -17,12 +17,13 @@ import pytest
 from benchlib.claim_check import claim_problems
 
 from gpupool.kube.client.informer import ADDED
-from gpupool.kube.objects import allocation, claim_record
-from gpupool.kube.objects.dra import DRIVER, DeviceClass
+from gpupool.kube.objects import allocation
+from gpupool.kube.objects.dra import claim_record
+from gpupool.kube.objects.dra.records import DRIVER, DeviceClass
 from gpupool.kube.objects.records import PolicyObjectRecord
 from gpupool.kube.objects.signing import CLAIM_DOMAIN
 from gpupool.kube.objects.vocabulary import ANNOTATION_ALLOCATION
-from gpupool.kube.scheduler.claims import claim_key
+from gpupool.kube.scheduler.dra.claims import claim_key
 
 from .builders import SIGNER, pod_dict
 from .claim_server import (

@@ -64,8 +64,8 @@ from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.timestamps import parse_time
 from gpupool.kube.objects.vocabulary import ANNOTATION_ALLOCATION, ANNOTATION_GOVERNANCE_WARNED
 from gpupool.kube.policy.book import expected_runtime
-from gpupool.kube.scheduler.claim_ledger import claim_gpus_by_pod
 from gpupool.kube.scheduler.departures import Outcome
+from gpupool.kube.scheduler.dra.claim_ledger import claim_gpus_by_pod
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.store.writer import StoreWriter
 

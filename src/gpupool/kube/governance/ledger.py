@@ -30,7 +30,7 @@ from gpupool.kube.governance.facts import GovernanceSettings, allocation_units, 
 from gpupool.kube.objects.allocation import AllocationRecord
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.timestamps import parse_time
-from gpupool.kube.scheduler.claim_ledger import claim_charges
+from gpupool.kube.scheduler.dra.claim_ledger import claim_charges
 from gpupool.kube.scheduler.state import ClusterState
 from gpupool.store.queries import last_sample_time, open_allocations
 from gpupool.store.records import Allocation

@@ -24,7 +24,7 @@ from gpupool.governance.rules import PodPlacement, phantoms
 from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.kube.client.informer import ADDED, DELETED
 from gpupool.kube.objects.records import ObjectMeta, PodRecord
-from gpupool.kube.scheduler.claims import CLAIM_KEY
+from gpupool.kube.scheduler.dra.claims import CLAIM_KEY
 from gpupool.kube.scheduler.state import ClusterState
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ class UsageFeed:
 
         NVML's SM figures are parts of the whole GPU; a pod whose request cannot be read is
         held to the whole GPU's threshold, the strictest. A claim pod's GPUs are its claim's
-        (``claim_gpus``, :func:`~gpupool.kube.scheduler.claims.claim_gpus_by_pod`), not cached:
+        (``claim_gpus``, :func:`~gpupool.kube.scheduler.dra.claims.claim_gpus_by_pod`), not cached:
         until its claim is seen, it is held to the whole GPU's threshold.
         """
         if claim_gpus is not None:

@@ -60,7 +60,7 @@ DENIED_USER_SUFFIX = " may not set, change or remove it"
 POD_MANIFEST = "allocation-writers.yaml"
 CLAIM_MANIFEST = "claim-allocation-writers.yaml"
 """The same rule for ResourceClaims: only the scheduler allocates gpupool's devices and writes
-``gpupool.io/claim-allocation`` (:mod:`gpupool.kube.objects.claim_record`)."""
+``gpupool.io/claim-allocation`` (:mod:`gpupool.kube.objects.dra.claim_record`)."""
 QUEUE_CLASS_MANIFEST = "queue-classes.yaml"
 """A pod's ``gpupool.io/class`` must be one the GPUQueues serving its namespace allow. It takes
 GPUQueues as parameters, so it is installed once their definition is served."""

@@ -2,7 +2,7 @@
 
 A ResourceClaim names a DeviceClass; the class's CEL selector restricts it to gpupool's devices
 and its ``gpupool.io/request-kind`` label tells gpupool's scheduler how to place a request of it
-(:mod:`gpupool.kube.objects.claims`). Shipping them as one YAML file (``manifests/``) lets an
+(:mod:`gpupool.kube.objects.dra.claims`). Shipping them as one YAML file (``manifests/``) lets an
 operator ``kubectl apply`` exactly what ``gpupool install-crds`` installs; ``deploy/`` and the
 Helm chart carry copies that tests keep equal.
 """
@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from gpupool.kube.client.api import ApiError, KubeAPI
-from gpupool.kube.objects.dra import CLASSES_PATH
+from gpupool.kube.objects.dra.records import CLASSES_PATH
 
 log = logging.getLogger(__name__)
 

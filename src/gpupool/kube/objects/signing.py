@@ -47,7 +47,7 @@ PUBLIC_KEY_FIELD = "ed25519.pub.pem"
 SIG_PREFIX = "ed25519:"
 _DOMAIN = b"gpupool.io/allocation/v2\x00"
 CLAIM_DOMAIN = b"gpupool.io/claim-allocation/v2\x00"
-"""The domain of claim records (:mod:`gpupool.kube.objects.claim_record`): a pod's signature
+"""The domain of claim records (:mod:`gpupool.kube.objects.dra.claim_record`): a pod's signature
 can never pass for a claim's, even for equal uids and fields."""
 _SIGNATURE_BYTES = 64
 _RETIRED_HMAC_HEX = 64

@@ -5,7 +5,7 @@ its GPUs are held at once), then its Binding is sent here, with the signed alloc
 (pool and queue included) merged into the pod by the same write. The cycle does not wait for
 the answers: a slow API server delays binds, never decisions.
 
-A claim pod's claim is allocated (or joined) first (:mod:`gpupool.kube.scheduler.claim_writes`);
+A claim pod's claim is allocated (or joined) first (:mod:`gpupool.kube.scheduler.dra.claim_writes`);
 a refused claim write refuses the bind like a refused Binding.
 
 * 201: bound; the watch confirms the assumption.
@@ -26,15 +26,16 @@ from collections.abc import AsyncIterator, Callable
 from gpupool.core.decisions import Bind
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.client.informer import MODIFIED
-from gpupool.kube.objects import allocation, claim_record
-from gpupool.kube.objects.dra import ResourceClaim
+from gpupool.kube.objects import allocation
+from gpupool.kube.objects.dra import claim_record
+from gpupool.kube.objects.dra.records import ResourceClaim
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.signing import CLAIM_DOMAIN, RecordSigner
 from gpupool.kube.objects.timestamps import now_rfc3339
 from gpupool.kube.objects.vocabulary import ANNOTATION_ALLOCATION
-from gpupool.kube.scheduler import claim_writes
-from gpupool.kube.scheduler.claims import ClaimBind
 from gpupool.kube.scheduler.config import LiveConfig, LiveStats
+from gpupool.kube.scheduler.dra import claim_writes
+from gpupool.kube.scheduler.dra.claims import ClaimBind
 from gpupool.kube.scheduler.observe import SchedulingMetrics
 from gpupool.kube.scheduler.rights import AllocationRights, is_policy_denial
 from gpupool.kube.scheduler.state import ClusterState

@@ -46,10 +46,10 @@ from gpupool.kube.policy.status import Status, StatusWriter, live_statuses
 from gpupool.kube.scheduler.apply import Applier
 from gpupool.kube.scheduler.binder import Binder
 from gpupool.kube.scheduler.budget_cache import BudgetCache
-from gpupool.kube.scheduler.claim_informers import ClaimInformers
-from gpupool.kube.scheduler.claim_ledger import ClaimCosts, changed_costs, claim_costs
 from gpupool.kube.scheduler.config import DecisionHook, LiveConfig, LiveStats
 from gpupool.kube.scheduler.departures import Departures
+from gpupool.kube.scheduler.dra.claim_informers import ClaimInformers
+from gpupool.kube.scheduler.dra.claim_ledger import ClaimCosts, changed_costs, claim_costs
 from gpupool.kube.scheduler.evictions import Eviction, Evictor
 from gpupool.kube.scheduler.intake import Intake
 from gpupool.kube.scheduler.observe import SchedulingMetrics

@@ -28,10 +28,10 @@ from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.translate import InvalidObjectError, pod_spec
 from gpupool.kube.policy.status import pending_queue_indexes
-from gpupool.kube.scheduler.claim_ledger import claim_payers
-from gpupool.kube.scheduler.claims import claim_key
 from gpupool.kube.scheduler.congestion_reading import settled_congestion
 from gpupool.kube.scheduler.contention_view import live_contention
+from gpupool.kube.scheduler.dra.claim_ledger import claim_payers
+from gpupool.kube.scheduler.dra.claims import claim_key
 from gpupool.kube.scheduler.intake import pod_order
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.kube.scheduler.volume_binding import volume_groups, with_groups
@@ -186,7 +186,7 @@ class SchedulerReader:
     def _held_claims(self) -> tuple[HeldClaim, ...]:
         """The claims holding GPUs, each with the pod the quota charges for them.
 
-        The payer is the ledger's (:func:`~gpupool.kube.scheduler.claim_ledger.claim_payers`),
+        The payer is the ledger's (:func:`~gpupool.kube.scheduler.dra.claim_ledger.claim_payers`),
         so the face's per-team units agree with the quotas.
         """
         state = self._scheduler.state

@@ -43,13 +43,19 @@ from gpupool.core.model import PodSpec
 from gpupool.core.pod_relative import relabel
 from gpupool.core.snapshot import AllocationError, ClusterSnapshot
 from gpupool.kube.client.informer import DELETED
-from gpupool.kube.objects.dra import ResourceClaim
+from gpupool.kube.objects.dra.records import ResourceClaim
 from gpupool.kube.objects.records import NodeRecord, PodRecord
 from gpupool.kube.objects.signing import RecordSigner
 from gpupool.kube.objects.translate import InvalidObjectError, gpu_uuids, node_spec, pod_spec
 from gpupool.kube.scheduler.bound_pods import BoundPods
-from gpupool.kube.scheduler.claim_state import ClaimHolder
-from gpupool.kube.scheduler.claims import CLAIM_KEY, ClaimBind, ClaimBook, ClaimPlacement, claim_key
+from gpupool.kube.scheduler.dra.claim_state import ClaimHolder
+from gpupool.kube.scheduler.dra.claims import (
+    CLAIM_KEY,
+    ClaimBind,
+    ClaimBook,
+    ClaimPlacement,
+    claim_key,
+)
 from gpupool.kube.scheduler.node_signature import node_signature
 from gpupool.kube.scheduler.placed_pods import PlacedPodsOfState
 from gpupool.kube.scheduler.unhealthy_gpus import UnhealthyGpuWarnings

@@ -10,8 +10,8 @@ and the PodGroups' watches once did, and a governance test's requests timed out)
 
 from __future__ import annotations
 
-from gpupool.kube.scheduler.claim_informers import CLAIM_WATCHES
 from gpupool.kube.scheduler.default_spread import SPREAD_WATCHES
+from gpupool.kube.scheduler.dra.claim_informers import CLAIM_WATCHES
 from gpupool.kube.scheduler.gang_book import GANG_WATCHES
 from gpupool.kube.scheduler.volume_informers import VOLUME_WATCHES
 

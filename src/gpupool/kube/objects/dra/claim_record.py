@@ -9,7 +9,7 @@ device results, signed for the claim's uid with the scheduler's key and the clai
 (:data:`gpupool.kube.objects.signing.CLAIM_DOMAIN`), so it can tell its own records from copies
 when it rebuilds after a restart, and the agent prepares a claim only when the record exists,
 names its node, equals the status and verifies with the scheduler's public key
-(:func:`gpupool.agent.dra_grants.claim_signature_problem`).
+(:func:`gpupool.agent.dra.grants.claim_signature_problem`).
 
 Why there and not in an annotation, as the pod record is: a claim's metadata and status are
 written through different endpoints, so an annotation cost a write of its own on every claim
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import msgspec
 
-from gpupool.kube.objects.dra import (
+from gpupool.kube.objects.dra.records import (
     CLAIM_RECORD_KEY,
     DRIVER,
     AllocationResult,

@@ -6,7 +6,7 @@ The DRA path's counterpart of :mod:`gpupool.agent.grants`. The kubelet names the
 * the claim is the one the kubelet means (same uid: a claim deleted and re-created under the
   same name is another claim);
 * ``status.allocation`` holds results of gpupool's driver, and the claim carries gpupool's
-  allocation record (:mod:`gpupool.kube.objects.claim_record`) that names this node and lists
+  allocation record (:mod:`gpupool.kube.objects.dra.claim_record`) that names this node and lists
   exactly those results: an allocation written by anyone but gpupool's scheduler (kube-scheduler
   included) is refused, as a pod bound without a record is on the device-plugin path;
 * the record is signed with the scheduler's key for this claim's uid
@@ -31,14 +31,14 @@ from fractions import Fraction
 from gpupool.agent.grants import GpuGrant, HandoffRefusedError
 from gpupool.agent.nvml import GpuDevice
 from gpupool.core.model import MILLI_PER_GPU
-from gpupool.kube.objects.claim_record import (
+from gpupool.kube.objects.dra.claim_record import (
     RECORD_FIELD,
     ClaimRecordError,
     decode,
     gpupool_results,
     record_text,
 )
-from gpupool.kube.objects.dra import (
+from gpupool.kube.objects.dra.records import (
     CAPACITY_COMPUTE,
     CAPACITY_MEMORY,
     DeviceRequestAllocationResult,

@@ -1,7 +1,7 @@
 """What DRA claims hold in the scheduler's snapshot, kept beside what pods hold.
 
 A claim allocated with gpupool's devices holds its GPUs (or MIG instance) under its own snapshot
-name, ``claim:<uid>`` (:mod:`gpupool.kube.scheduler.claims`), from the moment the scheduler
+name, ``claim:<uid>`` (:mod:`gpupool.kube.scheduler.dra.claims`), from the moment the scheduler
 decides for its first pod (assumed) until its status no longer allocates them:
 
 * **assumed**: decided, its write in flight; held, and the allocation kept in the claim book so
@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 from gpupool.core.decisions import Bind
 from gpupool.core.snapshot import AllocationError
-from gpupool.kube.objects.dra import ResourceClaim
+from gpupool.kube.objects.dra.records import ResourceClaim
 from gpupool.kube.objects.signing import CLAIM_DOMAIN
-from gpupool.kube.scheduler.claims import (
+from gpupool.kube.scheduler.dra.claims import (
     CLAIM_KEY,
     ClaimBind,
     ClaimPlacement,

@@ -1,7 +1,7 @@
 """Which of the ResourceSlices' devices a claim's request may use, and the allocation it gets.
 
 Eligibility is the AND of the request's DeviceClass selectors and its own (CEL,
-:mod:`gpupool.kube.objects.dra_cel`), on devices of gpupool's driver of the request's type (a
+:mod:`gpupool.kube.objects.dra.cel`), on devices of gpupool's driver of the request's type (a
 GPU for whole and share requests, a MIG instance of the class's profile for MIG requests) whose
 taints the request tolerates. The result is per node, by device name; the scheduler maps GPU
 devices onto its snapshot's GPU columns by UUID (:func:`gpu_columns`), so the placement policy
@@ -24,7 +24,13 @@ from functools import partial
 import msgspec
 
 from gpupool.core.model import PodSpec
-from gpupool.kube.objects.claims import (
+from gpupool.kube.objects.dra.cel import (
+    COMPILER,
+    CompiledSelector,
+    SelectorCompileError,
+    SelectorCompiler,
+)
+from gpupool.kube.objects.dra.claims import (
     MAX_COUNT,
     ClaimLookup,
     ClassLookup,
@@ -34,8 +40,8 @@ from gpupool.kube.objects.claims import (
     claim_sources,
     gpupool_request,
 )
-from gpupool.kube.objects.device_cache import DeviceCache, DeviceScan, EligibleDevices
-from gpupool.kube.objects.dra import (
+from gpupool.kube.objects.dra.device_cache import DeviceCache, DeviceScan, EligibleDevices
+from gpupool.kube.objects.dra.records import (
     ATTRIBUTE_TYPE,
     CAPACITY_COMPUTE,
     CAPACITY_MEMORY,
@@ -48,12 +54,6 @@ from gpupool.kube.objects.dra import (
     DeviceRequestAllocationResult,
     DeviceToleration,
     ResourceSlice,
-)
-from gpupool.kube.objects.dra_cel import (
-    COMPILER,
-    CompiledSelector,
-    SelectorCompileError,
-    SelectorCompiler,
 )
 from gpupool.kube.objects.quantity import MIB, binary_quantity, milli_quantity, parse_quantity
 from gpupool.kube.objects.records import PodRecord

@@ -1,13 +1,13 @@
 """The scheduler's DRA watches, and the release of claims no pod uses any more.
 
-Four informers keep the claim book (:class:`~gpupool.kube.scheduler.claims.ClaimBook`) current:
+Four informers keep the claim book (:class:`~gpupool.kube.scheduler.dra.claims.ClaimBook`) current:
 ResourceClaims (their changes also move what the snapshot holds), ResourceClaimTemplates,
 DeviceClasses and ResourceSlices. Every replica runs them, like the pod and node informers, so a
 new leader starts from a full cache; it relists them with the others before its first cycle,
 since a claim allocated before a restart holds GPUs that must not be given again.
 
 A claim that gpupool allocated and that no live pod reserves any more (its pods finished or were
-deleted) is released by the leader (:func:`~gpupool.kube.scheduler.claim_writes.release`); its
+deleted) is released by the leader (:func:`~gpupool.kube.scheduler.dra.claim_writes.release`); its
 GPUs are free once the watch shows the cleared status, never before.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.client.informer import Informer
 from gpupool.kube.client.informer_group import InformerGroup
-from gpupool.kube.objects.dra import (
+from gpupool.kube.objects.dra.records import (
     API_PREFIX,
     CLASSES_PATH,
     SLICES_PATH,
@@ -29,8 +29,8 @@ from gpupool.kube.objects.dra import (
     ResourceClaimTemplate,
     ResourceSlice,
 )
-from gpupool.kube.scheduler import claim_writes
-from gpupool.kube.scheduler.claims import gpupool_results
+from gpupool.kube.scheduler.dra import claim_writes
+from gpupool.kube.scheduler.dra.claims import gpupool_results
 from gpupool.kube.scheduler.state import ClusterState
 
 CLAIM_WATCHES = 4

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import grpc
 
-from gpupool.agent.dra_prepare import ClaimPreparer
+from gpupool.agent.dra.prepare import ClaimPreparer
 from gpupool.agent.grants import HandoffRefusedError
 from gpupool.agent.protos.dra.v1 import api_pb2 as dra_pb2
 from gpupool.agent.protos.dra.v1 import api_pb2_grpc as dra_grpc
 from gpupool.agent.protos.pluginregistration.v1 import api_pb2 as reg_pb2
 from gpupool.agent.protos.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from gpupool.kube.objects.dra import DRIVER
+from gpupool.kube.objects.dra.records import DRIVER
 
 log = logging.getLogger(__name__)
 

@@ -42,8 +42,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from gpupool.kube.objects.dra import Device
-from gpupool.kube.objects.dra_values import (
+from gpupool.kube.objects.dra.cel_values import (
     QUANTITY_FUNCTIONS,
     SEMVER_FUNCTIONS,
     CelValues,
@@ -52,6 +51,7 @@ from gpupool.kube.objects.dra_values import (
     quantity_value,
     semver_value,
 )
+from gpupool.kube.objects.dra.records import Device
 
 MAX_EXPRESSION_LENGTH = 10 * 1024
 """``CELSelectorExpressionMaxLength`` of resource.k8s.io/v1."""

@@ -6,7 +6,7 @@ int64 or for a fraction, ``sign`` is a global function (``sign(q)``), semantic v
 parsed strictly (``semver("v1.2")`` is an error unless ``normalize`` is true, which strips the
 ``v``, leading zeros and fills the missing parts) and ordered by semver precedence, build metadata
 ignored. The functions are kept as plain tables (name, overload id, types, member?, function) so
-the CEL environment (:mod:`gpupool.kube.objects.dra_cel`) declares exactly these and the tests
+the CEL environment (:mod:`gpupool.kube.objects.dra.cel`) declares exactly these and the tests
 can call them without CEL.
 
 Values cross into CEL as two protobuf messages built at run time (``kubernetes.Quantity``,

@@ -1,8 +1,8 @@
 """What DRA claims cost and free for the pods that use them: quota charges, governance, evictions.
 
-A claim holds its GPUs under its own snapshot name (:mod:`gpupool.kube.scheduler.claims`), and the
-pods that reserve it hold only their CPU and memory. Each question about "a pod's GPUs" therefore
-needs the claim side said once, here:
+A claim holds its GPUs under its own snapshot name (:mod:`gpupool.kube.scheduler.dra.claims`),
+and the pods that reserve it hold only their CPU and memory. Each question about "a pod's GPUs"
+therefore needs the claim side said once, here:
 
 * **payers and charges**: which one pod's queue pays for a claim's GPUs (a shared claim counts
   once), for the quota and for the face;
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from gpupool.core.model import PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.kube.objects.records import PodRecord
-from gpupool.kube.scheduler.claims import ClaimBind, ClaimBook, claim_key
+from gpupool.kube.scheduler.dra.claims import ClaimBind, ClaimBook, claim_key
 
 
 def claim_payers(

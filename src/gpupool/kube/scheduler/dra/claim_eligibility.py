@@ -1,7 +1,7 @@
 """A claim pod's eligible devices as the snapshot's GPU columns, made once per kind of request.
 
 Most claim pods of a cluster ask alike (one class, the same selectors), so the device cache
-hands them one scan (:class:`~gpupool.kube.objects.device_cache.DeviceCache`), and this module
+hands them one scan (:class:`~gpupool.kube.objects.dra.device_cache.DeviceCache`), and this module
 turns a scan into the engine's :class:`~gpupool.scheduling.claim_placement.GpuEligibility`
 once per snapshot, rather than mapping the devices onto columns and building the mask on every
 try of every claim pod.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpupool.core.snapshot import ClusterSnapshot
-from gpupool.kube.objects.claim_devices import gpu_columns
-from gpupool.kube.objects.device_cache import EligibleDevices
+from gpupool.kube.objects.dra.claim_devices import gpu_columns
+from gpupool.kube.objects.dra.device_cache import EligibleDevices
 from gpupool.scheduling.claim_placement import GpuEligibility
 
 ELIGIBILITIES_KEPT = 256

@@ -6,7 +6,7 @@ the same claim on every retry and after its own restart, and for each pod sharin
 
 * a claim already prepared is answered from the checkpoint (its spec rewritten if it went
   missing) without reading the claim again: the answer never changes under a running pod;
-* a new claim is read from the API server, checked (:func:`gpupool.agent.dra_grants.claim_grant`),
+* a new claim is read from the API server, checked (:func:`gpupool.agent.dra.grants.claim_grant`),
   its record's signature verified with the scheduler's public key (read again once before a
   refusal, as the device-plugin path does: the key may have been rotated), checked for capacity
   against every live grant of both paths, and only then gets its CDI spec
@@ -26,7 +26,7 @@ from typing import Protocol
 
 from gpupool.agent import checkpoint, mps
 from gpupool.agent.cdi import CLAIM, device_name, remove_spec, spec_path, spec_tokens, write_spec
-from gpupool.agent.dra_grants import ClaimGrant, claim_grant, claim_signature_problem
+from gpupool.agent.dra.grants import ClaimGrant, claim_grant, claim_signature_problem
 from gpupool.agent.grants import (
     NO_OVERCOMMIT,
     Grant,
@@ -40,7 +40,7 @@ from gpupool.agent.handoff import HandoffConfig, KeySource
 from gpupool.agent.isolation import host_checked_edits
 from gpupool.agent.nvml import GpuDevice
 from gpupool.agent.refusals import NodeRefusals
-from gpupool.kube.objects.dra import ResourceClaim
+from gpupool.kube.objects.dra.records import ResourceClaim
 
 log = logging.getLogger(__name__)
 

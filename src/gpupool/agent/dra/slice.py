@@ -3,7 +3,7 @@
 What the slice says is the DRA path's inventory, as the Node's labels and annotations are the
 device-plugin path's (:mod:`gpupool.agent.inventory`): the scheduler places claims on exactly
 these devices and the agent prepares only what they name. Device names and attributes are the
-vocabulary of :mod:`gpupool.kube.objects.dra`.
+vocabulary of :mod:`gpupool.kube.objects.dra.records`.
 
 * A GPU not in MIG mode is one shared device (``allowMultipleAllocations``), with ``memory`` and
   ``compute`` as consumable capacity: several claims take parts of it, and a request that does
@@ -33,7 +33,7 @@ import msgspec
 
 from gpupool.agent.nvml import GpuDevice
 from gpupool.kube.client.api import ApiError, JsonObject, KubeAPI
-from gpupool.kube.objects.dra import (
+from gpupool.kube.objects.dra.records import (
     API_VERSION,
     ATTRIBUTE_TYPE,
     CAPACITY_COMPUTE,

@@ -5,9 +5,10 @@ whose claims are not allocated and reserved for it), in one status write with th
 ``resourceVersion`` as a precondition, so a claim changed meanwhile (by another scheduler, the
 claim controller, a deletion) fails the write instead of being overwritten: ``allocation``
 (gpupool's device results, the node selector), ``reservedFor`` the pod and, in ``devices``, the
-signed record (:mod:`gpupool.kube.objects.claim_record`). One write, so the agent, which prepares
-a claim only when record and results agree, never sees one without the other, and a claim pod
-costs two writes (this and its Binding) where it cost three while the record was an annotation.
+signed record (:mod:`gpupool.kube.objects.dra.claim_record`). One write, so the agent, which
+prepares a claim only when record and results agree, never sees one without the other, and a
+claim pod costs two writes (this and its Binding) where it cost three while the record was an
+annotation.
 A pod joining an allocated claim writes only ``reservedFor`` with itself appended.
 
 Before the allocation, the claim gets kube-scheduler's ``resource.kubernetes.io/delete-protection``
@@ -31,8 +32,8 @@ import logging
 import msgspec
 
 from gpupool.kube.client.api import MERGE_PATCH, STRATEGIC_PATCH, ApiError, JsonObject, KubeAPI
-from gpupool.kube.objects.claim_record import device_status, gpupool_results
-from gpupool.kube.objects.dra import (
+from gpupool.kube.objects.dra.claim_record import device_status, gpupool_results
+from gpupool.kube.objects.dra.records import (
     API_PREFIX,
     AllocationResult,
     ConsumerReference,

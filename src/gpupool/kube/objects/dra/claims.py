@@ -12,7 +12,7 @@ the request maps onto the core's request (:class:`gpupool.core.model.PodSpec`):
 * ``mig`` (``mig-<profile>.gpupool.io``): one MIG slice of the class's profile.
 
 Which devices a request may use is its class's and its own CEL selectors, evaluated on the
-ResourceSlices (:mod:`gpupool.kube.objects.claim_devices`). Everything else is refused with the
+ResourceSlices (:mod:`gpupool.kube.objects.dra.claim_devices`). Everything else is refused with the
 field named, so the pod pends with a reason instead of being half-handled: an unknown class, a
 class of another driver, a selector that does not compile, more capacity than any device has, a
 count above what a node has, features gpupool does not place (``firstAvailable``,
@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from gpupool.core.model import MILLI_PER_GPU, InvalidSpecError, PodSpec
-from gpupool.kube.objects.dra import (
+from gpupool.kube.objects.dra.records import (
     CAPACITY_COMPUTE,
     CAPACITY_MEMORY,
     DRIVER,

@@ -11,8 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
-from gpupool.kube.objects.dra import Device, ResourceSlice
-from gpupool.kube.objects.dra_cel import (
+from gpupool.kube.objects.dra.cel import (
     COMPILER,
     CelDevice,
     CompiledSelector,
@@ -20,6 +19,7 @@ from gpupool.kube.objects.dra_cel import (
     Verdict,
     cel_device,
 )
+from gpupool.kube.objects.dra.records import Device, ResourceSlice
 
 SCANS_KEPT = 256
 T = TypeVar("T")
@@ -76,7 +76,7 @@ class DeviceCache:
         translating (the live bench's claims phase). Requests of one class with the same
         selectors and tolerations see the same devices, so their scan (and the most GPUs a
         node has) is kept while the list object is the same one
-        (:class:`~gpupool.kube.scheduler.claims.ClaimBook`
+        (:class:`~gpupool.kube.scheduler.dra.claims.ClaimBook`
         makes a new one when a slice changes).
         """
         found = self._memo.get(key)

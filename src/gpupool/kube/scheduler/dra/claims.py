@@ -1,7 +1,7 @@
 """The scheduler's view of DRA: claims, slices and classes in; claim pods' plans and holdings out.
 
 A pod whose GPUs come from a ResourceClaim of gpupool's driver is placed like any other pod: its
-claim is translated once (:func:`gpupool.kube.objects.claim_devices.translate_pod_claims`) into
+claim is translated once (:func:`gpupool.kube.objects.dra.claim_devices.translate_pod_claims`) into
 the core's request and the GPUs its selectors admit (a :class:`GpuEligibility` the engine applies
 as a node check and to its GPU choice). What is new here is who holds the GPUs:
 
@@ -30,15 +30,15 @@ from gpupool.core.decisions import Bind
 from gpupool.core.model import MILLI_PER_GPU, PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.kube.client.informer import DELETED
-from gpupool.kube.objects import claim_record
-from gpupool.kube.objects.claim_devices import (
+from gpupool.kube.objects.dra import claim_record
+from gpupool.kube.objects.dra.claim_devices import (
     allocation_result,
     device_of_column,
     translate_pod_claims,
 )
-from gpupool.kube.objects.claims import GpupoolRequest, claim_lookups, claim_pod_spec
-from gpupool.kube.objects.device_cache import DeviceCache, EligibleDevices
-from gpupool.kube.objects.dra import (
+from gpupool.kube.objects.dra.claims import GpupoolRequest, claim_lookups, claim_pod_spec
+from gpupool.kube.objects.dra.device_cache import DeviceCache, EligibleDevices
+from gpupool.kube.objects.dra.records import (
     CAPACITY_COMPUTE,
     CAPACITY_MEMORY,
     AllocationResult,
@@ -53,7 +53,7 @@ from gpupool.kube.objects.quantity import MIB, parse_quantity
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.signing import RecordSigner
 from gpupool.kube.objects.translate import InvalidObjectError, pod_spec
-from gpupool.kube.scheduler.claim_eligibility import EligibilityCache, mig_eligibility
+from gpupool.kube.scheduler.dra.claim_eligibility import EligibilityCache, mig_eligibility
 from gpupool.scheduling.claim_placement import GpuEligibility
 
 log = logging.getLogger(__name__)

@@ -51,7 +51,7 @@ LABEL_MIG_PROFILE = "gpupool.io/mig-profile"
 
 CLAIM_RECORD_KEY = "gpupool.io/claim-allocation"
 """Key, in the ``data`` of gpupool's entry in a claim's ``status.devices``, of the record gpupool's
-scheduler writes with ``status.allocation`` (:mod:`gpupool.kube.objects.claim_record`): the
+scheduler writes with ``status.allocation`` (:mod:`gpupool.kube.objects.dra.claim_record`): the
 allocation it made, signed for the claim's uid like the pod record."""
 
 
