@@ -24,9 +24,9 @@ import numpy as np
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
 from gpupool.sim.machine import machine_description
-from gpupool.sim.protocol import seeded_run
 from gpupool.sim.provenance import provenance
-from gpupool.sim.replay import ReplayResult, replay
+from gpupool.sim.replay.protocol import seeded_run
+from gpupool.sim.replay.run import ReplayResult, replay
 from gpupool.sim.trace import read_trace
 
 TRACE_DIR = Path("../shared/data/openb")

@@ -17,7 +17,7 @@ where ``x_p`` counts GPUs packed with pattern ``p`` (a maximal multiset of share
 fits in one GPU) and ``f_s`` the failed shares of size ``s``. CPU, memory, GPU models,
 whole-GPU and multi-GPU pods are all ignored, which only lowers the bound, and the LP
 relaxation is lower still than any integral packing. The LP lives in
-:mod:`gpupool.sim.packing_lp` (needs scipy, in the ``reports`` extra).
+:mod:`gpupool.sim.replay.packing_lp` (needs scipy, in the ``reports`` extra).
 
 Which column bounds which run: the failures-allowed floor holds for every policy; the
 all-placed floor holds only for runs in which no share that arrived by the 100% mark failed.
@@ -38,11 +38,11 @@ from typing import Any
 
 from gpupool.cli.options import parse_seeds
 from gpupool.core.model import MILLI_PER_GPU, PodSpec
-from gpupool.sim.packing_lp import share_floor_milli, share_sizes
-from gpupool.sim.protocol import seeded_run
 from gpupool.sim.provenance import provenance
+from gpupool.sim.replay.packing_lp import share_floor_milli, share_sizes
+from gpupool.sim.replay.protocol import seeded_run
+from gpupool.sim.replay.unallocated import arrived_by
 from gpupool.sim.trace import read_trace
-from gpupool.sim.unallocated import arrived_by
 
 TRACES = ("default", "gpushare40", "gpushare80", "multigpu20", "multigpu40", "gpuspec10",
           "gpuspec33", "cpu050", "cpu200")  # fmt: skip

@@ -13,7 +13,7 @@ Each step adds one thing to the step before it:
   shipped (``gpupool bench placement --policy default`` gives the same numbers).
 
 For each step and seed it reports unallocated GPU % at arrived 100 and 130, the breakdown at
-100 (:mod:`gpupool.sim.unallocated`) and the wall and CPU time of the replay, and writes JSON
+100 (:mod:`gpupool.sim.replay.unallocated`) and the wall and CPU time of the replay, and writes JSON
 with the commit. ``--hole-weight`` and ``--fill-share`` change the hole term of the steps
 that have it, for sweeps.
 
@@ -41,11 +41,11 @@ from gpupool.scheduling.hole_value import FILL_SHARE, HoleTable
 from gpupool.scheduling.policies.gpupool_default import HOLE_WEIGHT, GpupoolPolicy
 from gpupool.scheduling.workload import TargetWorkload
 from gpupool.sim.machine import usable_cores
-from gpupool.sim.metrics import bin_by_arrival
-from gpupool.sim.protocol import seeded_run
 from gpupool.sim.provenance import provenance
-from gpupool.sim.replay import replay
-from gpupool.sim.sweep import breakdown_at_100
+from gpupool.sim.replay.metrics import bin_by_arrival
+from gpupool.sim.replay.protocol import seeded_run
+from gpupool.sim.replay.run import replay
+from gpupool.sim.replay.sweep import breakdown_at_100
 from gpupool.sim.trace import read_trace
 
 

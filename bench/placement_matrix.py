@@ -27,9 +27,9 @@ from typing import Any
 
 from gpupool.cli.options import parse_seeds
 from gpupool.sim.machine import usable_cores
-from gpupool.sim.plot import plot_unallocated
 from gpupool.sim.provenance import provenance
-from gpupool.sim.sweep import (
+from gpupool.sim.replay.plot import plot_unallocated
+from gpupool.sim.replay.sweep import (
     PlacementJob,
     placement_report,
     run_seeds,

@@ -22,10 +22,10 @@ from pathlib import Path
 import gpupool
 from gpupool.scheduling.registry import PUBLISHED, PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
-from gpupool.sim.protocol import seeded_run
 from gpupool.sim.provenance import provenance
-from gpupool.sim.replay import ReplayResult, replay
-from gpupool.sim.sweep import PlacementJob, run_job
+from gpupool.sim.replay.protocol import seeded_run
+from gpupool.sim.replay.run import ReplayResult, replay
+from gpupool.sim.replay.sweep import PlacementJob, run_job
 from gpupool.sim.trace import read_trace
 
 TRACE_DIR = Path("../shared/data/openb")

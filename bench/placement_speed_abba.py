@@ -32,8 +32,8 @@ from pathlib import Path
 import gpupool
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
-from gpupool.sim.protocol import seeded_run
-from gpupool.sim.replay import replay
+from gpupool.sim.replay.protocol import seeded_run
+from gpupool.sim.replay.run import replay
 from gpupool.sim.trace import read_trace
 nodes, pods, policy, repeats = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 walls, cpus = [], []

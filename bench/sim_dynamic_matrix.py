@@ -1,6 +1,6 @@
 """The dynamic-simulation matrix: loads x seeds x engine variants (defaults, EASY, no backfill...).
 
-Runs ``gpupool.sim.dynamic.run_dynamic`` on the default openb trace with the bundled
+Runs ``gpupool.sim.dynamic.simulation.run_dynamic`` on the default openb trace with the bundled
 pools-and-queues file for every cell, at most ``--jobs`` processes at a time (default 2: the
 machine is shared), and writes one JSON with every run, the per-cell means and sample standard
 deviations, the git commit and whether the tree was dirty, and the machine. Prints the table
@@ -25,9 +25,9 @@ from benchlib.sim_options import Sweep, add_sweep_options
 
 from gpupool.policy.spec import ConsolidationMode, ConsolidationSpec
 from gpupool.scheduling.decisions import EASY, EngineOptions
-from gpupool.sim.dynamic import DynamicSettings, run_dynamic
+from gpupool.sim.dynamic.pod_rules import PodRuleShares
+from gpupool.sim.dynamic.simulation import DynamicSettings, run_dynamic
 from gpupool.sim.machine import machine_description
-from gpupool.sim.pod_rules import PodRuleShares
 from gpupool.sim.policy_file import load_policy
 from gpupool.sim.provenance import provenance
 from gpupool.sim.trace import read_nodes, read_pods
@@ -195,19 +195,21 @@ def main() -> None:
         "--anti-affinity",
         type=float,
         default=0.0,
-        help="Share of the GPU pods with required pod anti-affinity (gpupool.sim.pod_rules).",
+        help="Share of the GPU pods with required pod anti-affinity "
+        "(gpupool.sim.dynamic.pod_rules).",
     )
     parser.add_argument(
         "--spread",
         type=float,
         default=0.0,
-        help="Share of the GPU pods with a DoNotSchedule topology spread (gpupool.sim.pod_rules).",
+        help="Share of the GPU pods with a DoNotSchedule topology spread "
+        "(gpupool.sim.dynamic.pod_rules).",
     )
     parser.add_argument(
         "--gangs",
         type=float,
         default=0.0,
-        help="Share of the multi-GPU pods arriving as gangs (gpupool.sim.gang_arrivals).",
+        help="Share of the multi-GPU pods arriving as gangs (gpupool.sim.dynamic.gang_arrivals).",
     )
     args = parser.parse_args()
     try:

@@ -1,11 +1,12 @@
 """Governance in the dynamic simulation: idle GPU time given back, and what it does to waiting.
 
-Runs ``gpupool.sim.dynamic.run_dynamic`` with the governance model
-(:mod:`gpupool.sim.governance_model`: a stated share of pods linger idle after their work, a
-share holds its GPUs past the pool's maxShareDuration) for every load x seed, with the rules
-applied (on, once per idle rule of ``--rules``: :data:`gpupool.sim.governance_model.IDLE_RULES`)
-and not (off, the baseline), at most ``--jobs`` processes at a time. Working pods' usage is
-bursty (:mod:`gpupool.sim.usage_model`), so false reclaims are possible and counted. Writes one
+Runs ``gpupool.sim.dynamic.simulation.run_dynamic`` with the governance model
+(:mod:`gpupool.sim.dynamic.governance_model`: a stated share of pods linger idle after their
+work, a share holds its GPUs past the pool's maxShareDuration) for every load x seed, with the
+rules applied (on, once per idle rule of ``--rules``:
+:data:`gpupool.sim.dynamic.governance_model.IDLE_RULES`) and not (off, the baseline), at most
+``--jobs`` processes at a time. Working pods' usage is bursty
+(:mod:`gpupool.sim.dynamic.usage_model`), so false reclaims are possible and counted. Writes one
 JSON with every run, the per-cell means and sample standard deviations and the provenance block
 (git commit, dirty flag, machine), and prints the table that docs/benchmarks.md shows. The
 numbers are counts and GPU-hours of seeded, deterministic runs, not timings.
@@ -24,8 +25,8 @@ from typing import Any
 
 from benchlib.sim_options import Sweep, add_sweep_options
 
-from gpupool.sim.dynamic import DynamicSettings, run_dynamic
-from gpupool.sim.governance_model import IDLE_RULES, GovernanceModel
+from gpupool.sim.dynamic.governance_model import IDLE_RULES, GovernanceModel
+from gpupool.sim.dynamic.simulation import DynamicSettings, run_dynamic
 from gpupool.sim.policy_file import load_policy
 from gpupool.sim.provenance import provenance
 from gpupool.sim.trace import read_nodes, read_pods

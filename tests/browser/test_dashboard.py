@@ -23,7 +23,7 @@ from gpupool.api.embedded import serve_demo
 from gpupool.api.example import NODES, PLACED, WAITING, example_view
 from gpupool.api.serve import serving
 from gpupool.api.store_records import StoreRecords
-from gpupool.sim.demo_session import DemoSession
+from gpupool.sim.demo.session import DemoSession
 from gpupool.store.engine import create_engine, open_store
 from gpupool.store.records import Allocation
 from gpupool.store.writer import StoreWriter

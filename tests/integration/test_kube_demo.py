@@ -15,7 +15,7 @@ from gpupool.core.model import PodSpec
 from gpupool.devcluster.kube_demo import pod_manifest
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.translate import pod_spec
-from gpupool.sim.demo_workload import DemoArrivals
+from gpupool.sim.demo.workload import DemoArrivals
 
 
 def test_every_demo_pod_asks_the_api_for_exactly_its_simulated_request() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gpupool.policy.spec import ConsolidationMode, ConsolidationSpec
-from gpupool.sim.dynamic import DynamicSettings, run_dynamic
+from gpupool.sim.dynamic.simulation import DynamicSettings, run_dynamic
 from gpupool.sim.policy_file import load_policy
 from gpupool.sim.trace import read_nodes, read_pods
 

@@ -25,11 +25,11 @@ from gpupool.core.model import PodSpec
 from gpupool.scheduling.policies.gpupool_default import GpupoolPolicy
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
-from gpupool.sim.dynamic import DynamicSettings, _DynamicRun, run_dynamic
-from gpupool.sim.pod_rules import GROUP_LABEL, PodRuleShares
+from gpupool.sim.dynamic.pod_rules import GROUP_LABEL, PodRuleShares
+from gpupool.sim.dynamic.simulation import DynamicSettings, _DynamicRun, run_dynamic
 from gpupool.sim.policy_file import load_policy
-from gpupool.sim.protocol import seeded_run
-from gpupool.sim.replay import replay
+from gpupool.sim.replay.protocol import seeded_run
+from gpupool.sim.replay.run import replay
 from gpupool.sim.trace import read_nodes, read_pods, read_trace
 
 

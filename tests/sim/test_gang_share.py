@@ -9,8 +9,8 @@ from pathlib import Path
 
 from gpupool.core.model import PodSpec
 from gpupool.policy.workload import Workload
-from gpupool.sim.dynamic import DynamicSettings, _DynamicRun
-from gpupool.sim.gang_arrivals import GangTally, as_gang
+from gpupool.sim.dynamic.gang_arrivals import GangTally, as_gang
+from gpupool.sim.dynamic.simulation import DynamicSettings, _DynamicRun
 from gpupool.sim.policy_file import load_policy
 from gpupool.sim.trace import read_nodes, read_pods
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpupool.sim.dynamic import DynamicSettings, run_dynamic
-from gpupool.sim.governance_model import SIM_LIMITS, GovernanceModel, GovernanceSim
+from gpupool.sim.dynamic.governance_model import SIM_LIMITS, GovernanceModel, GovernanceSim
+from gpupool.sim.dynamic.simulation import DynamicSettings, run_dynamic
+from gpupool.sim.dynamic.usage_model import KINDS, PUBLISH_PERIOD, SAMPLE_PERIOD, UsageModel
 from gpupool.sim.policy_file import load_policy
 from gpupool.sim.trace import read_nodes, read_pods
-from gpupool.sim.usage_model import KINDS, PUBLISH_PERIOD, SAMPLE_PERIOD, UsageModel
 
 
 def _sim(idle: float, overrun: float, kind: str = "training") -> GovernanceSim:

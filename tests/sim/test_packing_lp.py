@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from gpupool.core.model import PodSpec
-from gpupool.sim.packing_lp import (
+from gpupool.sim.replay.packing_lp import (
     LPUnavailableError,
     maximal_patterns,
     placed_share_floor_milli,

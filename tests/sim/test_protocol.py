@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from gpupool.core.model import PodSpec
-from gpupool.sim.metrics import bin_by_arrival
-from gpupool.sim.protocol import RunStreams, tie_ranks, tune_arrivals
+from gpupool.sim.replay.metrics import bin_by_arrival
+from gpupool.sim.replay.protocol import RunStreams, tie_ranks, tune_arrivals
 
 
 def pods(n: int, gpu_milli: int = 500, gpu_count: int = 1) -> list[PodSpec]:

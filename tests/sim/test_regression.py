@@ -17,9 +17,9 @@ import pytest
 
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
-from gpupool.sim.metrics import bin_by_arrival
-from gpupool.sim.protocol import seeded_run
-from gpupool.sim.replay import replay
+from gpupool.sim.replay.metrics import bin_by_arrival
+from gpupool.sim.replay.protocol import seeded_run
+from gpupool.sim.replay.run import replay
 from gpupool.sim.trace import read_trace
 
 SEED = 42

@@ -14,11 +14,11 @@ from gpupool.core.model import NodeSpec, PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
-from gpupool.sim.packing_lp import placed_share_floor_milli
-from gpupool.sim.protocol import seeded_run
-from gpupool.sim.replay import replay
+from gpupool.sim.replay.packing_lp import placed_share_floor_milli
+from gpupool.sim.replay.protocol import seeded_run
+from gpupool.sim.replay.run import replay
+from gpupool.sim.replay.unallocated import arrived_by, split_at_mark, split_unallocated
 from gpupool.sim.trace import read_trace
-from gpupool.sim.unallocated import arrived_by, split_at_mark, split_unallocated
 
 # Every GPU pod of the workload asks for (4000 cpu, 2048 MiB) or (6000 cpu, 512 MiB).
 WORKLOAD = [

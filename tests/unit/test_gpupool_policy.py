@@ -17,7 +17,7 @@ from gpupool.scheduling.policies.fgd import FGDPolicy
 from gpupool.scheduling.policies.gpupool_default import TIE_BREAK_WEIGHT, GpupoolPolicy
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload, shape_key
-from gpupool.sim.replay import replay
+from gpupool.sim.replay.run import replay
 
 SHARE = PodSpec("share", 2000, 1024, gpu_count=1, gpu_milli=500)
 WHOLE = PodSpec("whole", 4000, 1024, gpu_count=1, gpu_milli=1000)

@@ -1,6 +1,6 @@
 """The face of ``gpupool demo``: the dashboard and API over the embedded simulated cluster.
 
-The demo steps its :class:`~gpupool.sim.demo_session.DemoSession` in the main thread while the
+The demo steps its :class:`~gpupool.sim.demo.session.DemoSession` in the main thread while the
 face is served from another (:func:`~gpupool.api.serve.serving`). Each request takes
 :meth:`DemoView.detached` under the session's lock: a copy of the snapshot and of the lists,
 built in milliseconds, from which the answer is computed without holding the lock. So the
@@ -26,9 +26,9 @@ from gpupool.governance.accounting import SECONDS_PER_HOUR
 from gpupool.policy.cluster import ClusterPolicy
 from gpupool.policy.units import MILLI_UNITS
 from gpupool.policy.usage import pool_usage, queue_usage
-from gpupool.sim.contention import simulated_contention
-from gpupool.sim.demo_session import DemoSession
-from gpupool.sim.embedded import ClusterEvent, EmbeddedCluster
+from gpupool.sim.demo.contention import simulated_contention
+from gpupool.sim.demo.embedded import ClusterEvent, EmbeddedCluster
+from gpupool.sim.demo.session import DemoSession
 
 
 def _pools(cluster: EmbeddedCluster) -> list[Pool]:
@@ -149,7 +149,7 @@ class DemoRecords:
     async def cost(self, namespaces: Namespaces) -> tuple[list[CostLine], list[CostBucket]]:
         """GPU-hours per team: released shares, plus what running pods have held so far.
 
-        Cut into the simulated clock's hours (:mod:`gpupool.sim.hourly`), dated from the
+        Cut into the simulated clock's hours (:mod:`gpupool.sim.demo.hourly`), dated from the
         session's epoch, so the dashboard's chart has points from the first hour on.
         """
         with self.session.locked() as cluster:

@@ -98,7 +98,7 @@ def bench_placement(
     from gpupool.cli.progress import seed_progress
     from gpupool.scheduling.registry import policy_names
     from gpupool.sim.machine import usable_cores
-    from gpupool.sim.sweep import PlacementJob, placement_report, run_seeds
+    from gpupool.sim.replay.sweep import PlacementJob, placement_report, run_seeds
 
     if policy not in policy_names():
         raise fail(
@@ -137,7 +137,7 @@ def bench_placement(
         json_out.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
         typer.echo(f"wrote {json_out}", err=True)
     if plot is not None:
-        from gpupool.sim.plot import plot_unallocated
+        from gpupool.sim.replay.plot import plot_unallocated
 
         plot_unallocated(
             {report["policy"]: report["curves"]["unallocated_pct"]},

@@ -1,7 +1,7 @@
 """``gpupool demo``: the control plane on the embedded simulated cluster, with its dashboard.
 
 The first thing a new user runs, so it needs nothing but Python: the bundled workload
-(:mod:`gpupool.sim.demo_workload`) runs on the embedded cluster under the same policy engine the
+(:mod:`gpupool.sim.demo.workload`) runs on the embedded cluster under the same policy engine the
 live scheduler runs, at accelerated time (``--speed`` simulated seconds per second), the
 dashboard is served on http://127.0.0.1:8080 (``--port``), and the terminal shows a short live
 summary. ``--duration`` stops it after that many seconds (tests, recordings); Ctrl-C otherwise.
@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, nullcontext
 from rich.console import Console
 from rich.table import Table
 
-from gpupool.sim.demo_session import DemoSession, Summary
+from gpupool.sim.demo.session import DemoSession, Summary
 
 TICK = 0.5
 """Real seconds between two steps of the simulation."""

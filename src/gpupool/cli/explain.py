@@ -17,8 +17,8 @@ from rich.table import Table
 from gpupool.core.filtering import filter_nodes
 from gpupool.scheduling.policies.gpupool_default import GpupoolPolicy
 from gpupool.scheduling.workload import TargetWorkload
-from gpupool.sim.protocol import seeded_run
-from gpupool.sim.replay import replay
+from gpupool.sim.replay.protocol import seeded_run
+from gpupool.sim.replay.run import replay
 from gpupool.sim.trace import read_trace
 
 

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpupool.sim.sweep import ProgressSink
+from gpupool.sim.replay.sweep import ProgressSink
 
 
 @contextmanager

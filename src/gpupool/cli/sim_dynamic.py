@@ -167,9 +167,9 @@ def sim_dynamic(
     moves_per_hour: MovesPerHour = 32,
 ) -> None:
     """Poisson arrivals at --load, trace shapes, lognormal durations, pools and team queues."""
-    from gpupool.sim.dynamic import DynamicSettings, run_dynamic
-    from gpupool.sim.governance_model import GovernanceModel
-    from gpupool.sim.pod_rules import PodRuleShares
+    from gpupool.sim.dynamic.governance_model import GovernanceModel
+    from gpupool.sim.dynamic.pod_rules import PodRuleShares
+    from gpupool.sim.dynamic.simulation import DynamicSettings, run_dynamic
 
     for option, path in (("--nodes", nodes), ("--pods", pods), ("--config", config)):
         if path is not None and not path.is_file():

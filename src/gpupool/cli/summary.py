@@ -16,9 +16,9 @@ from rich.table import Table
 from gpupool.cli.explain import run_explain
 from gpupool.scheduling.registry import DEFAULT_POLICY, PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
-from gpupool.sim.metrics import bin_by_arrival
-from gpupool.sim.protocol import seeded_run
-from gpupool.sim.replay import replay
+from gpupool.sim.replay.metrics import bin_by_arrival
+from gpupool.sim.replay.protocol import seeded_run
+from gpupool.sim.replay.run import replay
 from gpupool.sim.trace import read_trace
 
 SHOWN_LOADS = (50, 70, 80, 90, 95, 100, 110, 120, 130)

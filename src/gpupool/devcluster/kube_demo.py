@@ -1,6 +1,6 @@
 """``gpupool demo --kube``: the demo's workload on a real local control plane.
 
-The same ten nodes, pools, queues and teams as the embedded demo (:mod:`gpupool.sim.demo_workload`,
+The same ten nodes, pools, queues and teams as the embedded demo (:mod:`gpupool.sim.demo.workload`,
 ``configs/demo.yaml``), but every part is real except the nodes: etcd, kube-apiserver and kwok
 (fake nodes that run pods), the CRDs and the allocation admission policy, ``gpupool
 control-plane`` as its own process under exactly its RBAC role (the scheduler, the metrics and
@@ -45,9 +45,9 @@ from gpupool.kube.objects.vocabulary import (
     RESOURCE_MIG_PREFIX,
     SCHEDULER_NAME,
 )
-from gpupool.sim.demo_session import STEP_SECONDS, demo_config_text
-from gpupool.sim.demo_workload import DemoArrivals, demo_nodes
-from gpupool.sim.embedded import Submission
+from gpupool.sim.demo.embedded import Submission
+from gpupool.sim.demo.session import STEP_SECONDS, demo_config_text
+from gpupool.sim.demo.workload import DemoArrivals, demo_nodes
 
 FINISH_ANNOTATION = "gpupool.io/finish"
 """kwok's ``pod-finish`` stage ends a running pod that carries this annotation."""

@@ -1,7 +1,7 @@
 """The simulated cluster: simulated nodes under the policy engine, as both simulations run it.
 
-``gpupool sim dynamic`` (:mod:`gpupool.sim.dynamic`) and ``gpupool demo``
-(:mod:`gpupool.sim.embedded`) drive this one class. It holds the snapshot, the compiled policy,
+``gpupool sim dynamic`` (:mod:`gpupool.sim.dynamic.simulation`) and ``gpupool demo``
+(:mod:`gpupool.sim.demo.embedded`) drive this one class. It holds the snapshot, the compiled policy,
 the pending pods, the running pods with what their queues were charged (the ledger), the
 learned runtimes and what one engine cycle hands the next; it runs
 :meth:`~gpupool.scheduling.engine.PolicyEngine.cycle`, the same pure call the live scheduler

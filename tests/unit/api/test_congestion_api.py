@@ -8,7 +8,7 @@ from starlette.testclient import TestClient
 from gpupool.api.app import create_api
 from gpupool.api.embedded import demo_congestion
 from gpupool.api.example import example_view
-from gpupool.sim.demo_session import DemoSession
+from gpupool.sim.demo.session import DemoSession
 
 EPOCH = 1_800_000_000.0
 

@@ -11,7 +11,7 @@ from gpupool.api.app import create_face
 from gpupool.api.embedded import demo_congestion
 from gpupool.api.example import example_view
 from gpupool.api.serve import serving
-from gpupool.sim.demo_session import DemoSession
+from gpupool.sim.demo.session import DemoSession
 
 from .test_cli_face import run
 

@@ -19,9 +19,9 @@ from gpupool.api.app import create_api
 from gpupool.api.embedded import DemoView
 from gpupool.core.model import PodSpec, RequestKind
 from gpupool.policy.workload import Workload
-from gpupool.sim.demo_session import DemoSession
-from gpupool.sim.demo_workload import POOL_LABEL, demo_nodes
-from gpupool.sim.embedded import Submission
+from gpupool.sim.demo.embedded import Submission
+from gpupool.sim.demo.session import DemoSession
+from gpupool.sim.demo.workload import POOL_LABEL, demo_nodes
 
 POOL_NODES = {
     pool: {n.name for n in demo_nodes() if dict(n.labels)[POOL_LABEL] == group}

@@ -13,8 +13,8 @@ from gpupool.api.app import create_api
 from gpupool.api.embedded import DemoView
 from gpupool.core.model import PodSpec
 from gpupool.policy.workload import Workload
-from gpupool.sim.demo_session import DemoSession
-from gpupool.sim.embedded import Submission
+from gpupool.sim.demo.embedded import Submission
+from gpupool.sim.demo.session import DemoSession
 
 RDMA_POD = "vision/train-rdma"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpupool.governance.congestion import Party
-from gpupool.sim.demo_session import DemoSession
+from gpupool.sim.demo.session import DemoSession
 
 
 def test_the_warm_demo_charges_reservation_waits_to_the_large_training_pods() -> None:

@@ -14,8 +14,8 @@ import numpy as np
 from gpupool.core.constraints import NodeConstraints, Taint, Toleration
 from gpupool.core.model import NodeSpec, PodSpec
 from gpupool.policy.spec import PolicyConfig, QueueSpec
-from gpupool.sim.embedded import EmbeddedCluster, Submission
-from gpupool.sim.workload_process import ArrivalProcess
+from gpupool.sim.demo.embedded import EmbeddedCluster, Submission
+from gpupool.sim.dynamic.workload_process import ArrivalProcess
 
 RESERVED = Taint("dedicated", "vision", "NoSchedule")
 TEAMS = {

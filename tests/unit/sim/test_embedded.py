@@ -8,8 +8,8 @@ from gpupool.core.model import NodeSpec, PodSpec
 from gpupool.policy.spec import PolicyConfig, PoolMode, PoolSpec, QueueSpec, QuotaSpec
 from gpupool.policy.workload import Workload
 from gpupool.scheduling.wait_cause import WaitKind
-from gpupool.sim.demo_session import DemoSession
-from gpupool.sim.embedded import EmbeddedCluster, Submission
+from gpupool.sim.demo.embedded import EmbeddedCluster, Submission
+from gpupool.sim.demo.session import DemoSession
 
 
 def nodes(count: int = 2) -> list[NodeSpec]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpupool.sim.hourly import HourlyGpuHours, pieces
+from gpupool.sim.demo.hourly import HourlyGpuHours, pieces
 
 
 def test_an_interval_is_cut_at_each_hour_mark() -> None:

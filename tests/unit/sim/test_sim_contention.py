@@ -9,8 +9,8 @@ from gpupool.api.embedded import DemoView
 from gpupool.core.contention import ContentionLevel
 from gpupool.core.model import NodeSpec, PodSpec
 from gpupool.core.snapshot import ClusterSnapshot
-from gpupool.sim.contention import simulated_contention
-from gpupool.sim.demo_session import DemoSession
+from gpupool.sim.demo.contention import simulated_contention
+from gpupool.sim.demo.session import DemoSession
 
 
 def _share(name: str, milli: int) -> PodSpec:

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from gpupool.sim.usage_model import (
+from gpupool.sim.dynamic.usage_model import (
     KINDS,
     PUBLISH_PERIOD,
     AgentView,

@@ -1,9 +1,10 @@
 """Contention in the simulated cluster: what the node agents would publish for ``gpupool demo``.
 
-The demo draws each working pod's SM utilisation (:class:`~gpupool.sim.embedded.EmbeddedCluster`
-``usage``); here the pods sharing a GPU are measured as the fake NVML measures scripted
-processes (:func:`~gpupool.core.contention.fair_split`: beyond 100 % each gets its part), and
-the GPU is assessed by the same model the agent runs (:func:`~gpupool.core.contention.assess`).
+The demo draws each working pod's SM utilisation
+(:class:`~gpupool.sim.demo.embedded.EmbeddedCluster` ``usage``); here the pods sharing a GPU
+are measured as the fake NVML measures scripted processes
+(:func:`~gpupool.core.contention.fair_split`: beyond 100 % each gets its part), and the GPU is
+assessed by the same model the agent runs (:func:`~gpupool.core.contention.assess`).
 A share's demand is its SM utilisation (the time its kernels would run alone: an MPS thread
 percentage bounds the SMs a client uses, not that time), and its memory-controller use is
 :data:`MEMORY_PER_SM` of that: an assumption (memory-bound training

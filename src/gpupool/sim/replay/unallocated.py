@@ -5,7 +5,7 @@ some of them:
 
 * **share slivers** (part a): free compute on GPUs that host at least one share (a GPU whose
   free compute is below 1000 milli). Only other shares can fill it; its floor is set by the
-  share sizes (see :mod:`gpupool.sim.packing_lp`).
+  share sizes (see :mod:`gpupool.sim.replay.packing_lp`).
 * **stranded whole GPUs** (part b): fully free GPUs on nodes that no GPU pod of the arrived
   workload fits on, because the node's free CPU and memory together are below every GPU pod's
   CPU and memory request (a node is *short* when, for every GPU pod shape ``(cpu, memory)``,
@@ -35,7 +35,7 @@ import numpy as np
 
 from gpupool.core.model import MILLI_PER_GPU, PodSpec
 from gpupool.core.snapshot import BoolArray, ClusterSnapshot
-from gpupool.sim.packing_lp import is_compute_share, share_sizes
+from gpupool.sim.replay.packing_lp import is_compute_share, share_sizes
 
 
 @dataclass(frozen=True, slots=True)

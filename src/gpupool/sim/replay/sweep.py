@@ -5,8 +5,8 @@ seeds run in parallel worker processes when more than one core is free. The repo
 unallocated GPU share and the fragmentation at the arrived loads the paper reports, as mean,
 sample standard deviation and per-seed values, plus the full curves for plotting and the wall
 time of every run. At arrived = 100% it also splits the unallocated share by cause
-(:mod:`gpupool.sim.unallocated`) next to the LP floor of the shares the run placed
-(:mod:`gpupool.sim.packing_lp`), so that policy work aims at the part that is really lost.
+(:mod:`gpupool.sim.replay.unallocated`) next to the LP floor of the shares the run placed
+(:mod:`gpupool.sim.replay.packing_lp`), so that policy work aims at the part that is really lost.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ import numpy as np
 from gpupool.core.model import MILLI_PER_GPU, PodSpec
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.workload import TargetWorkload
-from gpupool.sim.metrics import REPORTED_ARRIVED_PCT, bin_by_arrival
-from gpupool.sim.packing_lp import placed_share_floor_milli
-from gpupool.sim.protocol import DEFAULT_TUNE_RATIO, seeded_run
 from gpupool.sim.provenance import provenance
-from gpupool.sim.replay import ReplayResult, replay
+from gpupool.sim.replay.metrics import REPORTED_ARRIVED_PCT, bin_by_arrival
+from gpupool.sim.replay.packing_lp import placed_share_floor_milli
+from gpupool.sim.replay.protocol import DEFAULT_TUNE_RATIO, seeded_run
+from gpupool.sim.replay.run import ReplayResult, replay
+from gpupool.sim.replay.unallocated import split_at_mark
 from gpupool.sim.trace import read_trace
-from gpupool.sim.unallocated import split_at_mark
 
 ProgressSink = Callable[[int, float], None]
 """Receives ``(seed, fraction_done)``."""

@@ -26,7 +26,7 @@ import numpy as np
 
 from gpupool.core.model import NodeSpec, PodSpec
 from gpupool.policy.workload import Workload
-from gpupool.sim.embedded import Submission
+from gpupool.sim.demo.embedded import Submission
 
 POOL_LABEL = "demo.gpupool.io/pool"
 GPU_MEMORY_MIB = 81_920

@@ -6,7 +6,7 @@ for good (no retry, no preemption, no departures). The protocol knows no per-GPU
 (:data:`PROTOCOL_POLICY`), where a cluster, the demo and ``sim dynamic`` limit every GPU to its
 pool's pods per GPU; the placements stay those of the published results. After every event the
 replay records the allocated and arrived GPU milli and the cluster's fragmentation against the
-metric workload, so that the curves of :mod:`gpupool.sim.metrics` can be drawn.
+metric workload, so that the curves of :mod:`gpupool.sim.replay.metrics` can be drawn.
 """
 
 from __future__ import annotations

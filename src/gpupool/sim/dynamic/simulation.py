@@ -2,8 +2,8 @@
 
 A discrete-event loop over the :class:`~gpupool.sim.cluster.SimulatedCluster` (the one
 ``gpupool demo`` drives too): the next event is the next arrival of the workload process
-(:mod:`gpupool.sim.workload_process`), the next scheduled end of a running pod or the next
-scheduling tick, whichever comes first. What is measured is :mod:`gpupool.sim.dynamic_metrics`.
+(:mod:`gpupool.sim.dynamic.workload_process`), the next scheduled end of a running pod or the next
+scheduling tick, whichever comes first. What is measured is :mod:`gpupool.sim.dynamic.metrics`.
 
 * The scheduler runs a cycle every :data:`CYCLE_SECONDS` of simulated time when something
   changed (an arrival, an end, a governance eviction: as a live scheduler loops), over every
@@ -12,8 +12,8 @@ scheduling tick, whichever comes first. What is measured is :mod:`gpupool.sim.dy
 * A preempted pod goes back to pending with its original arrival time and its whole duration
   (its work is lost).
 * With ``governance`` set, a stated share of pods lingers idle or overruns, and the governance
-  rules act on them each sample period (:mod:`gpupool.sim.governance_model`); it draws from a
-  stream of its own, so the other draws are those of the same seed without it.
+  rules act on them each sample period (:mod:`gpupool.sim.dynamic.governance_model`); it draws
+  from a stream of its own, so the other draws are those of the same seed without it.
 * The cluster is every ``1/scale``-th node of the openb list (name order). Each node is
   labelled with its GPU model (``gpupool.io/gpu-model``, as the node agent labels a real node,
   so a team's node selector can ask for a model) and ``sim.gpupool.io/group``: ``shared`` for
@@ -51,11 +51,11 @@ from gpupool.scheduling.decisions import (
 from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.sim.cluster import CLAIM_KINDS, SimulatedCluster
 from gpupool.sim.consolidating import Consolidating
-from gpupool.sim.dynamic_metrics import DynamicMetrics
-from gpupool.sim.gang_arrivals import GangTally, as_gang
-from gpupool.sim.governance_model import GovernanceModel, GovernanceSim
-from gpupool.sim.pod_rules import HOSTNAME, PodRuleShares, with_pod_rules
-from gpupool.sim.workload_process import Arrival, ArrivalProcess
+from gpupool.sim.dynamic.gang_arrivals import GangTally, as_gang
+from gpupool.sim.dynamic.governance_model import GovernanceModel, GovernanceSim
+from gpupool.sim.dynamic.metrics import DynamicMetrics
+from gpupool.sim.dynamic.pod_rules import HOSTNAME, PodRuleShares, with_pod_rules
+from gpupool.sim.dynamic.workload_process import Arrival, ArrivalProcess
 
 CYCLE_SECONDS = 20.0
 CLAIM_DRAW = 10_000
@@ -82,9 +82,9 @@ class DynamicSettings:
             extended resource (chosen by a hash of the pod's name, so the same pods in every
             run); the results must not move (:mod:`gpupool.sim.cluster`).
         pod_rules: Shares of the GPU pods that carry pod anti-affinity or topology spread
-            (:mod:`gpupool.sim.pod_rules`).
+            (:mod:`gpupool.sim.dynamic.pod_rules`).
         gangs: Fraction of the multi-GPU pods that arrive as a gang of one-GPU pods
-            (:mod:`gpupool.sim.gang_arrivals`).
+            (:mod:`gpupool.sim.dynamic.gang_arrivals`).
         consolidation: Every pool's consolidation settings (``None``: each pool's own;
             :mod:`gpupool.sim.consolidating`).
     """

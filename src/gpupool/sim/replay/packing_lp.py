@@ -15,7 +15,7 @@ optionally letting shares fail:
 where ``x_p`` counts GPUs packed with pattern ``p`` and ``f_s`` the failed shares of size
 ``s``. The relaxation is never above any integral packing, so the value is a floor for every
 policy, online or offline. ``bench/packing_floor.py`` applies it to the shares that arrive by
-arrived = 100%; :mod:`gpupool.sim.sweep` applies it to the shares one run placed, to show
+arrived = 100%; :mod:`gpupool.sim.replay.sweep` applies it to the shares one run placed, to show
 how far that run's share-hosting GPUs are from the least free space its own shares allow.
 
 scipy is imported only inside :func:`share_floor_milli` (it is in the ``reports`` extra), so

@@ -1,7 +1,7 @@
 """One ``gpupool demo`` session: the bundled workload on the embedded cluster, and its summary.
 
-A session owns an :class:`~gpupool.sim.embedded.EmbeddedCluster` with the demo's pools and
-queues and feeds it the bundled arrivals (:mod:`gpupool.sim.demo_workload`). The caller moves
+A session owns an :class:`~gpupool.sim.demo.embedded.EmbeddedCluster` with the demo's pools and
+queues and feeds it the bundled arrivals (:mod:`gpupool.sim.demo.workload`). The caller moves
 simulated time forward (the CLI at a chosen speed, tests in exact steps); readers (the terminal
 summary, the dashboard) take :meth:`DemoSession.locked` to see a consistent state while another
 thread steps it. A session starts *warm*: the first simulated hours run at once, so the first
@@ -22,8 +22,8 @@ from importlib import resources
 from gpupool.governance.rules import Limits
 from gpupool.policy.units import MILLI_UNITS
 from gpupool.scheduling.wait_cause import WaitCause
-from gpupool.sim.demo_workload import DemoArrivals, demo_nodes
-from gpupool.sim.embedded import ClusterEvent, EmbeddedCluster
+from gpupool.sim.demo.embedded import ClusterEvent, EmbeddedCluster
+from gpupool.sim.demo.workload import DemoArrivals, demo_nodes
 from gpupool.sim.policy_file import parse_policy_text
 
 SHARED_POOL_GOVERNANCE = Limits(

@@ -9,9 +9,9 @@ reasonable share. This model adds both, as stated shares of the arrivals:
   :attr:`GovernanceModel.idle_linger_mean`);
 * an **overrun** pod holds its GPUs for 1.5 to 3 times the pool's ``maxShareDuration``.
 
-While it works, every pod's usage is bursty (:mod:`gpupool.sim.usage_model`: training with data
-stalls and checkpoints, inference with gaps between requests, notebooks with think time), and
-the rules see it as the node agent publishes it: one sample a minute, the highest of the
+While it works, every pod's usage is bursty (:mod:`gpupool.sim.dynamic.usage_model`: training
+with data stalls and checkpoints, inference with gaps between requests, notebooks with think
+time), and the rules see it as the node agent publishes it: one sample a minute, the highest of the
 5-second samples since the last one, at the agent's own phase. Every
 :attr:`GovernanceModel.check_period` seconds the *same pure rules the live controller runs*
 (:func:`gpupool.governance.rules.decide`, through :class:`~gpupool.sim.governing.WarnedPods`,
@@ -50,8 +50,8 @@ from gpupool.governance.decisions import Reclaim, Rule, Warn
 from gpupool.governance.rules import Limits, PodFacts
 from gpupool.governance.usage import UsageHistory
 from gpupool.policy.units import MILLI_UNITS
+from gpupool.sim.dynamic.usage_model import AgentView, Timeline, UsageModel, phases
 from gpupool.sim.governing import WarnedPods
-from gpupool.sim.usage_model import AgentView, Timeline, UsageModel, phases
 
 SIM_LIMITS = Limits(
     idle_threshold_percent=5.0, idle_period=600.0, grace=300.0, max_share_duration=6 * 3600.0
@@ -64,7 +64,7 @@ class IdleRule:
     """One idle rule as a whole: what the agent publishes and what the pool's limits read.
 
     Attributes:
-        publication: ``peak`` or ``latest`` (:mod:`gpupool.sim.usage_model`).
+        publication: ``peak`` or ``latest`` (:mod:`gpupool.sim.dynamic.usage_model`).
         limits: The pool's governance settings with the rule's options.
     """
 

@@ -39,8 +39,8 @@ from gpupool.scheduling.registry import PolicyContext, build_policy
 from gpupool.scheduling.wait_cause import WaitCause, WaitKind
 from gpupool.sim.cluster import SimulatedCluster
 from gpupool.sim.consolidating import Consolidating
+from gpupool.sim.demo.hourly import HourlyGpuHours
 from gpupool.sim.governing import WarnedPods
-from gpupool.sim.hourly import HourlyGpuHours
 
 RECENT_EVENTS = 200
 """Decisions kept for the dashboard's ticker."""
