@@ -34,6 +34,7 @@ from gpupool.kube.install.crds import install_crds
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.signing import RecordSigner
 from gpupool.kube.scheduler.config import LiveConfig
+from gpupool.kube.scheduler.governance_port import GovernancePort
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.kube.scheduler.watch_count import scheduler_watches
 from gpupool.store.engine import open_store
@@ -220,7 +221,10 @@ async def governance_on(
     scheduler = LiveScheduler(own, config, signer=RecordSigner.generate())
     clock = Clock()
     controller = GovernanceController(
-        scheduler, GovernanceConfig(interval=3600, phantom_interval=0), writer, clock
+        GovernancePort(scheduler),
+        GovernanceConfig(interval=3600, phantom_interval=0),
+        writer,
+        clock,
     )
     informers = asyncio.create_task(scheduler.run_informers())
     lead = asyncio.create_task(scheduler.lead())

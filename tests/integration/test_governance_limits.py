@@ -21,6 +21,7 @@ from typing import Any
 from gpupool.governance.decisions import Decision
 from gpupool.kube.governance.controller import GovernanceController
 from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.scheduler.governance_port import GovernancePort
 from gpupool.store.queries import allocations_overlapping, usage_samples_between
 from gpupool.store.records import AuditAction, UsageSample
 
@@ -197,7 +198,9 @@ async def test_a_pod_that_ends_while_no_leader_runs_is_billed_to_its_end(
 
     await wait_for(both_gone, 30, "both pods to leave the cache")
     g.clock.offset += 3600  # the next leader starts an hour later
-    leader = GovernanceController(g.scheduler, g.controller.config, g.writer, g.clock)
+    leader = GovernanceController(
+        GovernancePort(g.scheduler), g.controller.config, g.writer, g.clock
+    )
     await leader.run_pass()
     await g.writer.flush()
     rows = {

@@ -31,6 +31,7 @@ from gpupool.kube.client.informer import ADDED, MODIFIED
 from gpupool.kube.governance.config import GovernanceConfig
 from gpupool.kube.governance.controller import GovernanceController
 from gpupool.kube.objects.records import NodeRecord, PodRecord, PolicyObjectRecord
+from gpupool.kube.scheduler.governance_port import GovernancePort
 from gpupool.kube.scheduler.live import LiveConfig, LiveScheduler
 from gpupool.kube.scheduler.read_view import SchedulerReader
 from gpupool.store.cost import cost_report
@@ -124,7 +125,7 @@ async def _cost(scheduler: LiveScheduler, store: Path) -> tuple[float, float, fl
         async with StoreWriter(engine) as writer:
             later = time.time() + 3600.0
             controller = GovernanceController(
-                scheduler, GovernanceConfig(), writer, clock=lambda: later
+                GovernancePort(scheduler), GovernanceConfig(), writer, clock=lambda: later
             )
             await controller.run_pass()
             await writer.flush()

@@ -37,6 +37,7 @@ from gpupool.kube.governance.config import GovernanceConfig
 from gpupool.kube.governance.controller import GovernanceController
 from gpupool.kube.objects.signing import RecordSigner
 from gpupool.kube.scheduler.config import LiveConfig
+from gpupool.kube.scheduler.governance_port import GovernancePort
 from gpupool.kube.scheduler.live import LiveScheduler
 from gpupool.kube.scheduler.rights import PROBE_PERIOD, probe
 from gpupool.kube.scheduler.watch_count import scheduler_watches
@@ -202,7 +203,7 @@ async def serve(config: ServiceConfig) -> int:
     await probe(api, config.lease.namespace, scheduler.rights)  # said once, before campaigning
     engine, writer = _open_store(config.db_url)
     governance = (
-        GovernanceController(scheduler, config.governance, writer)
+        GovernanceController(GovernancePort(scheduler), config.governance, writer)
         if config.governance is not None
         else None
     )

@@ -36,13 +36,12 @@ from gpupool.kube.governance.audit import Auditor
 from gpupool.kube.governance.facts import GovernanceSettings
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.policy.requeue import controller_of
-from gpupool.kube.scheduler.live import LiveScheduler
+from gpupool.kube.scheduler.governance_port import GovernancePort
 from gpupool.policy.spec import ConsolidationMode
 from gpupool.policy.workload import Running
 from gpupool.scheduling.decisions import CycleRequest, CycleResult, Preempt, Wait
 from gpupool.scheduling.engine import PolicyEngine
 from gpupool.scheduling.preemption import Rule
-from gpupool.scheduling.wait_cause import WaitKind
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ class LiveConsolidation:
     """The leader's consolidation: its move history, its counters and its last outcomes.
 
     Args:
-        scheduler: The replica's scheduler (state, preemptions, verdicts, Event reporter).
+        port: Governance's door into the replica's scheduler (pods, moves, Events, notes).
         auditor: Where plans are audited.
         settings: The governance settings of the last pass (the tenant of an audit record).
         clock: Seconds since the epoch.
@@ -71,12 +70,12 @@ class LiveConsolidation:
 
     def __init__(
         self,
-        scheduler: LiveScheduler,
+        port: GovernancePort,
         auditor: Auditor,
         settings: Callable[[], GovernanceSettings],
         clock: Callable[[], float],
     ) -> None:
-        self.scheduler = scheduler
+        self.port = port
         self.auditor = auditor
         self.settings = settings
         self.clock = clock
@@ -86,19 +85,19 @@ class LiveConsolidation:
         self.plans: Counter[tuple[str, str]] = Counter()
         """Plans carried out or reported, by pool name and mode."""
         self._told: dict[str, str] = {}
-        scheduler.applier.after_cycle = self.after_cycle
+        port.after_cycle(self.after_cycle)
 
     def after_cycle(self, engine: PolicyEngine, request: CycleRequest, result: CycleResult) -> None:
         """The hook: plan over the state the cycle left, then carry out or report."""
-        if not self.scheduler.leading:
+        if not self.port.leading:
             return
-        pods = self.scheduler.state.pods
+        pods = self.port.pods()
         owners = _owners(request.running, pods)
         inputs = inputs_after(engine, request, result, owners)
         outcomes = consolidate(inputs, self.history)
         if outcomes is None:  # searched less than a minute ago: what it said stands
             return
-        notes = self.scheduler.applier.notes
+        notes = self.port.notes
         waiting = {stuck.workload.name for stuck in inputs.stuck}
         for uid in [uid for uid in notes if uid not in waiting]:
             del notes[uid]  # a resting pod keeps what the search that declined it said
@@ -127,12 +126,10 @@ class LiveConsolidation:
             if self._told.get(plan.pod) != text:
                 self._told[plan.pod] = text
                 self.plans[(pool, plan.mode.value)] += 1
-                self.scheduler.reports.event(pod, "Normal", "ConsolidationPlan", text)
+                self.port.reports.event(pod, "Normal", "ConsolidationPlan", text)
                 self._audit(pod, plan, (text, pool), names)
             return
         node = names[plan.node]
-        preemptions = self.scheduler.preemptions
-        preemptions.nominated[plan.pod] = node
         decision = Preempt(
             workload=wait.workload,
             queue=wait.queue,
@@ -143,9 +140,8 @@ class LiveConsolidation:
             rule=Rule.CONSOLIDATION,
             gpu_seconds_lost=plan.loss_gpu_seconds,
         )
-        self.scheduler.reports.event(pod, "Normal", "Consolidating", text)
-        reason = preemptions.start(pod, decision, pods)
-        self.scheduler.verdicts.unschedulable(pod, reason, WaitKind.PREEMPTING)
+        self.port.reports.event(pod, "Normal", "Consolidating", text)
+        self.port.move(pod, decision, pods)
         self.history.record(plan, self.clock())
         self.moves[pool] += len(plan.moves)
         self.plans[(pool, plan.mode.value)] += 1

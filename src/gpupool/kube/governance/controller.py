@@ -56,17 +56,15 @@ from gpupool.kube.governance.facts import (
 from gpupool.kube.governance.gang_peers import with_gang
 from gpupool.kube.governance.idle_congestion import IdleCharges
 from gpupool.kube.governance.ledger import QueueLedger
-from gpupool.kube.governance.phantoms import find_phantoms, release_phantom
 from gpupool.kube.governance.silence import AgentSilence
 from gpupool.kube.governance.usage_feed import UsageFeed
 from gpupool.kube.objects import allocation
-from gpupool.kube.objects.records import PodRecord
+from gpupool.kube.objects.records import NodeRecord, PodRecord
 from gpupool.kube.objects.timestamps import parse_time
 from gpupool.kube.objects.vocabulary import ANNOTATION_ALLOCATION, ANNOTATION_GOVERNANCE_WARNED
 from gpupool.kube.policy.book import expected_runtime
 from gpupool.kube.scheduler.departures import Outcome
-from gpupool.kube.scheduler.dra.claim_ledger import claim_gpus_by_pod
-from gpupool.kube.scheduler.live import LiveScheduler
+from gpupool.kube.scheduler.governance_port import GovernancePort, GovernanceReading
 from gpupool.store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
@@ -96,10 +94,11 @@ class GovernanceStats:
 
 
 class GovernanceController:
-    """Governance on the leader, over one :class:`LiveScheduler`'s caches.
+    """Governance on the leader, over one live scheduler's caches.
 
     Args:
-        scheduler: The replica's scheduler (its caches, its Event reporter, its leadership).
+        port: Governance's door into the replica's scheduler (its caches, its Event reporter,
+            its leadership, the eviction door).
         config: How to run.
         writer: Where audit records go; ``None``: no store (logs and Events only).
         clock: Seconds since the epoch (tests may pass their own).
@@ -107,32 +106,30 @@ class GovernanceController:
 
     def __init__(
         self,
-        scheduler: LiveScheduler,
+        port: GovernancePort,
         config: GovernanceConfig,
         writer: StoreWriter | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.scheduler = scheduler
-        self.api: KubeAPI = scheduler.api
+        self.port = port
+        self.api: KubeAPI = port.api
         self.config = config
         self.writer = writer
         self.clock = clock
         self.stats = GovernanceStats()
         self.settings = GovernanceSettings()
-        self.usage = UsageFeed(AgentSilence(scheduler.reports))
+        self.usage = UsageFeed(AgentSilence(port.reports))
         self._warned: dict[str, PodWarning] = {}
         self._declared: dict[str, float] = {}
         self._evicted: set[str] = set()
-        self._claim_gpus: dict[str, PodSpec] = {}
-        """This pass's claim pods and their claims' GPUs (they scale the idle threshold)."""
+        self._reading: GovernanceReading | None = None
+        """What this pass reads of the scheduler's caches (taken when it starts)."""
         self._next_phantom_check = 0.0
         self.ledger = QueueLedger(writer)
-        self.auditor = Auditor(writer, scheduler.config.identity)
-        self.idle_charges = IdleCharges(scheduler)
-        self.consolidation = LiveConsolidation(
-            scheduler, self.auditor, lambda: self.settings, clock
-        )
-        scheduler.on_decision = self._decided
+        self.auditor = Auditor(writer, port.identity)
+        self.idle_charges = IdleCharges(port)
+        self.consolidation = LiveConsolidation(port, self.auditor, lambda: self.settings, clock)
+        port.on_decision(self._decided)
 
     def _decided(self, pod: PodRecord, what: str, detail: str) -> None:
         """The scheduler's :data:`~gpupool.kube.scheduler.config.DecisionHook`: audit it."""
@@ -142,9 +139,9 @@ class GovernanceController:
         """Run passes while this replica leads, until cancelled."""
         while True:
             await asyncio.sleep(self.config.interval)
-            if not self.scheduler.leading:
+            if not self.port.leading:
                 self.ledger.reconciled = False  # the next term starts with a reconciliation
-            if not (self.scheduler.leading and self.scheduler.synced):
+            if not (self.port.leading and self.port.synced):
                 continue
             try:
                 await self.run_pass()
@@ -170,26 +167,20 @@ class GovernanceController:
         now = self.clock()
         self.settings = await self._read_settings()
         if not self.ledger.reconciled:  # this term's first pass: close what ended with no leader
-            await self.ledger.reconcile(self.api, self.scheduler.state)
-        state = self.scheduler.state
-        self._claim_gpus = (
-            {}
-            if state.snapshot is None
-            else claim_gpus_by_pod(state.claims, state.snapshot, state.pods)
-        )
-        samples = self.usage.observe(state.nodes, state.pods, self.settings, now, self._claim_gpus)
+            await self.ledger.reconcile(self.api, self.port.read().pods)
+        self._reading = reading = self.port.read()
+        pods = reading.pods
+        samples = self.usage.observe(reading.nodes, pods, self.settings, now, reading.claim_gpus)
         self.stats.stale_usage_nodes = len(self.usage.silence.silent)
-        self._warned = {uid: w for uid, w in self._warned.items() if uid in state.pods}
-        self._declared = {uid: t for uid, t in self._declared.items() if uid in state.pods}
-        self._evicted &= state.pods.keys()
+        self._warned = {uid: w for uid, w in self._warned.items() if uid in pods}
+        self._declared = {uid: t for uid, t in self._declared.items() if uid in pods}
+        self._evicted &= pods.keys()
         for sample in samples:
             if self.writer is not None:  # the efficiency of a live cluster's cost report
                 await self.writer.usage(sample)
         idle: dict[tuple[str, str], float] = {}
-        for pod in list(self.scheduler.state.pods.values()):
-            if not pod.spec.node_name or pod.spec.scheduler_name != (
-                self.scheduler.config.scheduler_name
-            ):
+        for pod in pods.values():
+            if not pod.spec.node_name or pod.spec.scheduler_name != self.port.scheduler_name:
                 continue
             facts, limits = self._facts(pod, now)
             period = self.usage.period(pod.metadata.uid)
@@ -208,13 +199,13 @@ class GovernanceController:
                 self.stats.pass_errors += 1
                 log.warning("governance on %s (%s): %r", pod.key, decision.rule.value, error)
         self.stats.idle_seconds = idle
-        self.idle_charges.charge(idle, now)
+        self.idle_charges.charge(idle, reading, now)
         if time.monotonic() >= self._next_phantom_check:
             self._next_phantom_check = time.monotonic() + self.config.phantom_interval
             await self._release_phantoms(now)
         self._check_lead()
         self.stats.queue_gpu_hours = await self.ledger.update(
-            self.scheduler.state, self.settings, self._trusted_record, now
+            reading, self.settings, self._trusted_record, now
         )
 
     def _check_lead(self) -> None:
@@ -224,7 +215,7 @@ class GovernanceController:
         leader's (a second eviction, a warning written over its own, a ledger row it closes),
         so the pass checks between actions, not only when it starts.
         """
-        if not self.scheduler.leading:
+        if not self.port.leading:
             raise LeadershipLostError
 
     # -- inputs ------------------------------------------------------------------------------
@@ -242,10 +233,7 @@ class GovernanceController:
         return read_settings(pools, queues)
 
     def _trusted_record(self, pod: PodRecord) -> allocation.AllocationRecord | None:
-        state = self.scheduler.state
-        uid = pod.metadata.uid
-        snapshot = state.snapshot
-        if snapshot is None or uid not in snapshot.allocations or uid in state.foreign:
+        if self._reading is None or pod.metadata.uid not in self._reading.trusted:
             return None
         text = pod.metadata.annotations.get(ANNOTATION_ALLOCATION)
         try:
@@ -255,7 +243,7 @@ class GovernanceController:
 
     def _facts(self, pod: PodRecord, now: float) -> tuple[PodFacts, Limits]:
         uid = pod.metadata.uid
-        node = self.scheduler.state.nodes.get(pod.spec.node_name)
+        node = self._node(pod)
         pool = self.settings.pool_of(node)
         limits = self.settings.limits_for(pool, pod)
         record = self._trusted_record(pod)
@@ -281,7 +269,7 @@ class GovernanceController:
             node_not_ready_since=not_ready_since(node),
             usage=self.usage.history(uid),
             last_active=self.usage.last_active(uid),
-            compute_fraction=self.usage.fraction(pod, self._claim_gpus.get(uid)),
+            compute_fraction=self.usage.fraction(pod, self._claim_gpu(uid)),
             warning=warning,
             deleting=pod.metadata.deletion_timestamp is not None,
         )
@@ -311,19 +299,15 @@ class GovernanceController:
             await self._annotate(pod, format_warning(warning))
             self.stats.warnings[decision.rule.value] += 1
             note = f"will be reclaimed after {decision.values['grace']:g} s unless it changes: "
-            self.scheduler.reports.event(
-                pod, "Warning", "GovernanceWarning", note + decision.message
-            )
+            self.port.reports.event(pod, "Warning", "GovernanceWarning", note + decision.message)
             await self._audit(pod, decision, now, "warned", f"warn/{uid}/{decision.rule.value}")
         elif isinstance(decision, ClearWarning):
             self._warned.pop(uid, None)
             await self._annotate(pod, None)
-            self.scheduler.reports.event(
-                pod, "Normal", "GovernanceWarningCleared", decision.message
-            )
+            self.port.reports.event(pod, "Normal", "GovernanceWarningCleared", decision.message)
         elif isinstance(decision, Reclaim | Cleanup):
-            gangs = self.scheduler.intake.gangs.specs()
-            for target, taken in with_gang(pod, decision, self.scheduler.state.pods, gangs):
+            reading = self._reading or self.port.read()
+            for target, taken in with_gang(pod, decision, reading.pods, reading.gangs):
                 await self._remove(target, taken, now)
 
     async def _remove(self, pod: PodRecord, decision: Reclaim | Cleanup, now: float) -> None:
@@ -331,7 +315,7 @@ class GovernanceController:
         uid = pod.metadata.uid
         if uid in self._evicted:
             return  # evicted already; its deletion has not reached the cache yet
-        departure = await self.scheduler.departures.remove(pod)
+        departure = await self.port.remove(pod)
         if departure.outcome is Outcome.REFUSED:
             self.stats.evictions_blocked += 1
             log.warning("evicting %s: %s (tried again next pass)", pod.key, departure.note)
@@ -341,7 +325,7 @@ class GovernanceController:
         counter[decision.rule.value] += 1
         verb = "Reclaimed" if isinstance(decision, Reclaim) else "CleanedUp"
         message = "; ".join(filter(None, (decision.message, departure.note)))
-        self.scheduler.reports.event(pod, "Warning", verb, message)
+        self.port.reports.event(pod, "Warning", verb, message)
         step = departure.outcome.value
         await self._audit(pod, decision, now, step, f"{verb.lower()}/{uid}", departure.note)
 
@@ -358,7 +342,7 @@ class GovernanceController:
     async def _audit(
         self, pod: PodRecord, decision: Action, now: float, step: str, key: str, note: str = ""
     ) -> None:
-        pool = self.settings.pool_of(self.scheduler.state.nodes.get(pod.spec.node_name))
+        pool = self.settings.pool_of(self._node(pod))
         await self.auditor.action(
             pod,
             decision,
@@ -373,10 +357,15 @@ class GovernanceController:
     # -- phantoms ----------------------------------------------------------------------------
 
     async def _release_phantoms(self, now: float) -> None:
-        state = self.scheduler.state
-        for release, pod in await find_phantoms(self.api, state):
-            self._check_lead()
-            release_phantom(state, release, pod)
+        for release, pod in await self.port.release_phantoms(self._check_lead):
             self.stats.releases += 1
-            self.scheduler.wake.set()
             await self._audit(pod, release, now, "released", f"phantom/{release.pod_uid}/{now:.0f}")
+
+    # -- this pass's reading -----------------------------------------------------------------
+
+    def _node(self, pod: PodRecord) -> NodeRecord | None:
+        return self._reading.nodes.get(pod.spec.node_name) if self._reading is not None else None
+
+    def _claim_gpu(self, uid: str) -> PodSpec | None:
+        """The GPUs of the claim the pod runs on (they scale its idle threshold)."""
+        return self._reading.claim_gpus.get(uid) if self._reading is not None else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpupool.governance.congestion_feed import party
-from gpupool.kube.scheduler.live import LiveScheduler
+from gpupool.kube.scheduler.governance_port import GovernancePort, GovernanceReading
 from gpupool.policy.units import MILLI_UNITS
 
 
@@ -21,24 +21,26 @@ class IdleCharges:
     """Charges idle pods' GPUs to their class between governance passes.
 
     Args:
-        scheduler: The replica's scheduler (its running pods, policy and congestion ledger).
+        port: Governance's door into the replica's scheduler (its congestion ledger).
     """
 
-    def __init__(self, scheduler: LiveScheduler) -> None:
-        self.scheduler = scheduler
+    def __init__(self, port: GovernancePort) -> None:
+        self.port = port
         self._last: float | None = None
 
-    def charge(self, idle: Mapping[tuple[str, str], float], now: float) -> None:
+    def charge(
+        self, idle: Mapping[tuple[str, str], float], reading: GovernanceReading, now: float
+    ) -> None:
         """``idle``: (namespace, name) of each pod idle now, to how long it has been idle."""
         last, self._last = self._last, now
-        book, state = self.scheduler.book, self.scheduler.state
-        if last is None or not idle or book.policy is None:
+        policy = reading.policy
+        if last is None or not idle or policy is None:
             return
-        ledger = self.scheduler.applier.congestion.ledger
-        for uid, pod in state.pods.items():
+        ledger = self.port.congestion
+        for uid, pod in reading.pods.items():
             seconds = idle.get((pod.metadata.namespace, pod.metadata.name))
-            running = book.running.get(uid) if seconds is not None else None
+            running = reading.running.get(uid) if seconds is not None else None
             if seconds is None or running is None:
                 continue
-            who = party(book.policy, running.workload, running.queue)
+            who = party(policy, running.workload, running.queue)
             ledger.idle(who, running.units / MILLI_UNITS, max(last, now - seconds), now)

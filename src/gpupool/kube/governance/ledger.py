@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -30,8 +30,7 @@ from gpupool.kube.governance.facts import GovernanceSettings, allocation_units, 
 from gpupool.kube.objects.allocation import AllocationRecord
 from gpupool.kube.objects.records import PodRecord
 from gpupool.kube.objects.timestamps import parse_time
-from gpupool.kube.scheduler.dra.claim_ledger import claim_charges
-from gpupool.kube.scheduler.state import ClusterState
+from gpupool.kube.scheduler.governance_port import GovernanceReading
 from gpupool.store.queries import last_sample_time, open_allocations
 from gpupool.store.records import Allocation
 from gpupool.store.writer import StoreWriter
@@ -68,7 +67,7 @@ class QueueLedger:
         self.reconciled = False
         """Whether :meth:`reconcile` ran in this leadership term (the controller resets it)."""
 
-    async def reconcile(self, api: KubeAPI, state: ClusterState) -> None:
+    async def reconcile(self, api: KubeAPI, pods: Mapping[str, PodRecord]) -> None:
         """Close the stored intervals of pods that ended while no leader ran.
 
         A pod still running (in the scheduler's cache) keeps its interval: :meth:`update`
@@ -81,7 +80,7 @@ class QueueLedger:
             self.reconciled = True
             return
         try:
-            closed = await self._close_ended(api, state, self.writer)
+            closed = await self._close_ended(api, pods, self.writer)
         except Exception as error:
             log.warning("ledger reconciliation failed, tried again next pass: %r", error)
             return
@@ -89,11 +88,13 @@ class QueueLedger:
         if closed:
             log.info("closed %d allocations of pods that ended while no leader ran", closed)
 
-    async def _close_ended(self, api: KubeAPI, state: ClusterState, writer: StoreWriter) -> int:
+    async def _close_ended(
+        self, api: KubeAPI, pods: Mapping[str, PodRecord], writer: StoreWriter
+    ) -> int:
         engine = writer.engine
         closed = 0
         for stored in await open_allocations(engine):
-            if stored.pod_uid in state.pods:
+            if stored.pod_uid in pods:
                 continue
             path = f"/api/v1/namespaces/{stored.namespace}/pods/{stored.name}"
             try:
@@ -120,14 +121,14 @@ class QueueLedger:
 
     async def update(
         self,
-        state: ClusterState,
+        reading: GovernanceReading,
         settings: GovernanceSettings,
         trusted: TrustedRecord,
         now: float,
     ) -> dict[str, float]:
         """Open and close intervals for this pass; GPU-hours per queue up to ``now``."""
         for uid, (interval, stored) in list(self._open.items()):
-            if uid in state.pods:
+            if uid in reading.pods:
                 continue
             del self._open[uid]
             end = max(now, interval.start)
@@ -135,17 +136,15 @@ class QueueLedger:
             self._closed[interval.queue] += total([closed], Window(interval.start, end)).gpu_hours
             if self.writer is not None:
                 await self.writer.allocation_ended(stored, _moment(end))
-        charges = {}
-        if state.snapshot is not None:
-            charges = claim_charges(state.claims, state.snapshot, state.pods, state.claim_binds)
-        for uid, pod in state.pods.items():
+        charges = reading.claim_charges
+        for uid, pod in reading.pods.items():
             if uid in self._open or not pod.spec.node_name:
                 continue
             record = trusted(pod)
             start = parse_time(record.time) if record is not None else None
             if record is None or start is None:
                 continue
-            node = state.nodes.get(pod.spec.node_name)
+            node = reading.nodes.get(pod.spec.node_name)
             claimed = charges.get(uid)
             if pod.spec.resource_claims and claimed is None:
                 continue  # its claim is not seen yet, or another of its pods is charged for it

@@ -8,7 +8,6 @@ import httpx2
 
 from gpupool.kube.client.api import KubeAPI
 from gpupool.kube.governance.ledger import QueueLedger
-from gpupool.kube.scheduler.state import ClusterState
 from gpupool.store.engine import create_engine, open_store
 from gpupool.store.writer import StoreWriter
 
@@ -20,15 +19,14 @@ async def test_a_store_without_its_schema_yet_is_reconciled_on_a_later_pass(
 ) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
     api = KubeAPI(httpx2.AsyncClient(base_url=NOWHERE))  # no open allocation to look up
-    state = ClusterState("gpupool")
     bare = create_engine(url)  # the control plane migrates while it already schedules
     ledger = QueueLedger(StoreWriter(bare))
     try:
-        await ledger.reconcile(api, state)  # no tables: logged, not raised
+        await ledger.reconcile(api, {})  # no tables: logged, not raised
         assert not ledger.reconciled
         migrated = await open_store(url)
         ledger.writer = StoreWriter(migrated)
-        await ledger.reconcile(api, state)
+        await ledger.reconcile(api, {})
         assert ledger.reconciled
         await migrated.dispose()
     finally:
@@ -40,7 +38,7 @@ async def test_without_a_store_there_is_nothing_to_reconcile() -> None:
     ledger = QueueLedger(None)
     api = KubeAPI(httpx2.AsyncClient(base_url=NOWHERE))
     try:
-        await ledger.reconcile(api, ClusterState("gpupool"))
+        await ledger.reconcile(api, {})
     finally:
         await api.close()
     assert ledger.reconciled
