@@ -194,7 +194,7 @@ class GovernanceController:
                 continue
             self._check_lead()
             try:
-                await self._carry_out(pod, decision, now)
+                await self._carry_out(pod, decision, reading, now)
             except Exception as error:  # one pod's failure must not hold up the others
                 self.stats.pass_errors += 1
                 log.warning("governance on %s (%s): %r", pod.key, decision.rule.value, error)
@@ -291,7 +291,9 @@ class GovernanceController:
 
     # -- outputs -----------------------------------------------------------------------------
 
-    async def _carry_out(self, pod: PodRecord, decision: Decision, now: float) -> None:
+    async def _carry_out(
+        self, pod: PodRecord, decision: Decision, reading: GovernanceReading, now: float
+    ) -> None:
         uid = pod.metadata.uid
         if isinstance(decision, Warn):
             warning = PodWarning(decision.rule, now)
@@ -306,7 +308,6 @@ class GovernanceController:
             await self._annotate(pod, None)
             self.port.reports.event(pod, "Normal", "GovernanceWarningCleared", decision.message)
         elif isinstance(decision, Reclaim | Cleanup):
-            reading = self._reading or self.port.read()
             for target, taken in with_gang(pod, decision, reading.pods, reading.gangs):
                 await self._remove(target, taken, now)
 
