@@ -174,9 +174,11 @@ class Cycle:
                 return outcome
             causes.append(outcome)
         # behind others in one pool, it may be taken by a pool it was not tried in: try it again
-        # next cycle rather than parking it with another pool's verdict
+        # next cycle rather than parking it with another pool's verdict; and a pool that could
+        # never hold it says nothing of one that could once room is freed
         behind = [cause for cause in causes if cause.kind is WaitKind.BEHIND]
-        return Wait(workload, queue, (behind or causes)[0])
+        could = [cause for cause in causes if cause.kind is not WaitKind.NEVER_FITS]
+        return Wait(workload, queue, (behind or could or causes)[0])
 
     def _all_closed_reason(self) -> WaitCause:
         pools = self.layout.pools

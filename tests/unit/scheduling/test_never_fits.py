@@ -146,3 +146,22 @@ def test_a_pod_its_first_pool_never_holds_waits_behind_its_next_pool_and_is_not_
         ("default",),
     ), cpu.reason
     assert NEVER_FITS not in cpu.reason
+
+
+def test_a_pod_one_pool_never_holds_is_told_why_the_pool_that_could_hold_it_is_full() -> None:
+    """Routed to a Shared pool that can never hold it, then to the default pool, which could
+    but is full now: its reason is the default pool's (insufficient CPU, room may come), not the
+    first pool's "never" (the pod would read as if it had to be changed to ever run)."""
+    tiny = replace(node("tiny", gpus=0, group="s"), cpu_milli=100)
+    shared = one_pool(PoolMode.SHARED, name="s", node_selector=(("group", "s"),))
+    cluster = Cluster([tiny, node("d0", gpus=4)], PolicyConfig((shared,), (queue("q"),)), EASY)
+    pending = [
+        work(PodSpec("hog", 64_000, 128), "q", created_at=0),  # every CPU of d0
+        work(PodSpec("cpu", 500, 128), "q", created_at=1),
+    ]
+    hog, cpu = cluster.cycle(pending, 10.0).decisions
+    assert isinstance(hog, Admit)
+    assert isinstance(cpu, Wait)
+    assert cpu.cause.kind is WaitKind.RESOURCES, cpu.reason
+    assert NEVER_FITS not in cpu.reason
+    assert "Insufficient cpu" in cpu.reason
