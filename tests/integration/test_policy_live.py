@@ -22,6 +22,7 @@ from gpupool.devcluster.controlplane import LocalControlPlane
 from gpupool.devcluster.fakenodes import FakeGpuNode, create_nodes
 from gpupool.kube.client.api import ApiError, KubeAPI
 from gpupool.kube.install.crds import install_crds
+from gpupool.kube.objects.timestamps import now_rfc3339
 
 from .live_helpers import (
     SchedulerProcesses,
@@ -354,7 +355,7 @@ async def test_mig_slices_are_placed_in_a_mig_pool(
             assert record["pool"] == f"{ns}-mig"
 
 
-async def test_a_pool_avoiding_contention_uses_the_calm_gpu_and_says_why_a_pod_waits(
+async def test_a_pool_avoiding_contention_uses_the_calm_gpu_until_the_agent_goes_silent(
     api: KubeAPI, namespace: str, schedulers: SchedulerProcesses
 ) -> None:
     await install_crds(api)
@@ -364,12 +365,13 @@ async def test_a_pool_avoiding_contention_uses_the_calm_gpu_and_says_why_a_pod_w
     pool = {"mode": "Shared", "nodeSelector": sel, "contention": {"avoidAbove": 0.5}}
     await _apply(api, "GPUPool", f"{ns}-calm", pool)
 
-    async def agent_reports(gpus: Json) -> None:  # as the node's agent publishes it
-        value = {"sampledAt": "2026-12-06T00:00:00Z", "gpus": gpus}
+    async def agent_reports(gpus: Json, period: float = 60.0) -> None:  # as its agent would
+        value = {"sampledAt": now_rfc3339(), "periodSeconds": period, "gpus": gpus}
         annotations = {"gpupool.io/gpu-contention": json.dumps(value)}
         await api.patch(f"/api/v1/nodes/{node.name}", {"metadata": {"annotations": annotations}})
 
-    await agent_reports({"0": {"level": "high", "score": 0.8, "reasons": ["SM saturated"]}})
+    contended = {"0": {"level": "high", "score": 0.8, "reasons": ["SM saturated"]}}
+    await agent_reports(contended)
     await create_pods(api, ns, [_pod("first", sel, cores=60, memory_mib=1000)])
     schedulers.start("solo")
     await wait_for(lambda: _bound(api, ns, {"first"}), 60, "the first share bound")
@@ -385,7 +387,9 @@ async def test_a_pool_avoiding_contention_uses_the_calm_gpu_and_says_why_a_pod_w
         )
 
     await wait_for(told, 60, "the second share to wait on the contention")
-    await agent_reports({})  # the contention ended: the waiting share takes GPU 0
+    # the agent publishes the same scores once more, then falls silent: three of its periods
+    # later they are stale, and with no event at all the waiting share takes GPU 0
+    await agent_reports(contended, period=2.0)
     await wait_for(lambda: _bound(api, ns, {"second"}), 60, "the second share bound")
     second = pod_allocation((await _by_name(api, ns))["second"])
     assert second is not None

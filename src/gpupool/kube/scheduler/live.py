@@ -293,8 +293,8 @@ class LiveScheduler:
             self.queue.clear()
 
     async def _until_something_to_do(self) -> None:
-        """Wait for an event, or for the first backoff to end."""
-        delay = self.queue.next_ready(time.monotonic())
+        """Wait for an event, the first backoff to end, or a contention signal to go stale."""
+        delay = self.state.wake_within(self.queue.next_ready(time.monotonic()))
         if delay is None:
             await self.wake.wait()
         else:

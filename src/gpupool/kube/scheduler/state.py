@@ -35,6 +35,7 @@ never seen half-updated.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -48,6 +49,7 @@ from gpupool.kube.objects.records import NodeRecord, PodRecord
 from gpupool.kube.objects.signing import RecordSigner
 from gpupool.kube.objects.translate import InvalidObjectError, gpu_uuids, node_spec, pod_spec
 from gpupool.kube.scheduler.bound_pods import BoundPods
+from gpupool.kube.scheduler.contention_expiry import ContentionExpiry
 from gpupool.kube.scheduler.dra.claim_state import ClaimHolder
 from gpupool.kube.scheduler.dra.claims import (
     CLAIM_KEY,
@@ -97,7 +99,7 @@ class StateStats:
 
 
 @dataclass
-class ClusterState(BoundPods, PlacedPodsOfState, UnhealthyGpuWarnings):
+class ClusterState(BoundPods, PlacedPodsOfState, UnhealthyGpuWarnings, ContentionExpiry):
     """Records, holdings and the snapshot for one scheduler.
 
     Args:
@@ -105,12 +107,15 @@ class ClusterState(BoundPods, PlacedPodsOfState, UnhealthyGpuWarnings):
         signer: Verifies that a record is the scheduler's own (None: trust no record).
         warn: Where Warning Events about pods go.
         prepare: Configures each fresh snapshot before pods are held on it.
+        clock: Seconds since the epoch (when agents' signals go stale).
     """
 
     scheduler_name: str
     signer: RecordSigner | None = None
     warn: Warn = _no_warning
     prepare: Prepare = _no_preparation
+    clock: Callable[[], float] = time.time
+    _contention_until: dict[str, float] = field(default_factory=dict)
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     pods: dict[str, PodRecord] = field(default_factory=dict)
     snapshot: ClusterSnapshot | None = None
@@ -149,6 +154,7 @@ class ClusterState(BoundPods, PlacedPodsOfState, UnhealthyGpuWarnings):
             self._nodes_changed = True
             return
         self.nodes[name] = node
+        self.renew_contention(node)
         signature = node_signature(node)
         if self._signatures.get(name) != signature:
             self._signatures[name] = signature
@@ -180,7 +186,7 @@ class ClusterState(BoundPods, PlacedPodsOfState, UnhealthyGpuWarnings):
         """Apply every change since the last call to the snapshot and the pending set."""
         if not self.active:
             return
-        if self._nodes_changed:
+        if self._nodes_changed or self.contention_went_stale():
             self._rebuild()
             return
         dirty, self._dirty = self._dirty, set()
@@ -217,13 +223,14 @@ class ClusterState(BoundPods, PlacedPodsOfState, UnhealthyGpuWarnings):
         self._nodes_changed = True
 
     def _rebuild(self) -> None:
-        specs = []
+        read = []
         for name in sorted(self.nodes):
             try:
-                specs.append(node_spec(self.nodes[name]))
+                read.append((node_spec(self.nodes[name]), self.nodes[name]))
             except (InvalidObjectError, ValueError) as error:
                 self.stats.invalid_nodes += 1
                 log.warning("node %s left out: %s", name, error)
+        specs = self.fresh_specs(read)
         self._nodes_changed = False
         self.stats.rebuilds += 1
         self.capacity_epoch += 1
