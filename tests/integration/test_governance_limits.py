@@ -21,7 +21,7 @@ from typing import Any
 from gpupool.governance.decisions import Decision
 from gpupool.kube.governance.controller import GovernanceController
 from gpupool.kube.objects.records import PodRecord
-from gpupool.kube.scheduler.governance_port import GovernancePort
+from gpupool.kube.scheduler.governance_port import GovernancePort, GovernanceReading
 from gpupool.store.queries import allocations_overlapping, usage_samples_between
 from gpupool.store.records import AuditAction, UsageSample
 
@@ -141,8 +141,10 @@ async def test_a_pass_stops_between_actions_when_the_replica_loses_the_lease(
     carry_out = g.controller._carry_out
     acted: list[str] = []
 
-    async def then_lose_the_lease(pod: PodRecord, decision: Decision, now: float) -> None:
-        await carry_out(pod, decision, now)
+    async def then_lose_the_lease(
+        pod: PodRecord, decision: Decision, reading: GovernanceReading, now: float
+    ) -> None:
+        await carry_out(pod, decision, reading, now)
         acted.append(pod.metadata.name)
         g.scheduler.leading = False  # what LiveScheduler.lead's exit does when the Lease is lost
 
