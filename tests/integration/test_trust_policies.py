@@ -18,6 +18,7 @@ The module has its own control plane (conftest), so the policies do not reach ot
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from gpupool.kube.install.crds import apply_object, install_crds
 from gpupool.kube.objects.dra.records import SLICES_PATH, slice_name
 from gpupool.kube.objects.events import pod_event
 from gpupool.kube.objects.records import ObjectMeta, PodRecord
+from gpupool.kube.objects.timestamps import now_rfc3339
 from gpupool.kube.objects.vocabulary import LABEL_CLASS, LABEL_QUEUE
 
 from .live_helpers import (
@@ -389,6 +391,14 @@ async def test_an_agent_token_changes_only_its_own_node(
         ) in message
         status = {"status": {"allocatable": {"gpupool.io/gpu": "64"}}}
         assert AGENT_WHY in await _forbidden(agent.patch(f"/api/v1/nodes/{node_b}/status", status))
+        # nor what it measured, on another node: a contention signal there would keep that
+        # node's GPUs out of placement under avoidAbove for as long as the signal stays fresh
+        high = {"0": {"level": "high", "score": 0.9}}
+        signal = json.dumps({"sampledAt": now_rfc3339(), "gpus": high})
+        measured = {"metadata": {"annotations": {"gpupool.io/gpu-contention": signal}}}
+        assert AGENT_WHY in await _forbidden(agent.patch(f"/api/v1/nodes/{node_b}", measured))
+        stored_b = (await api.get(f"/api/v1/nodes/{node_b}"))["metadata"].get("annotations", {})
+        assert "gpupool.io/gpu-contention" not in stored_b
         publisher = NodePublisher(agent, node_b, allocatable=True)
         assert AGENT_WHY in await _forbidden(publisher.publish(_publication()))
         assert "gpupool.io/probe" not in (await api.get(f"/api/v1/nodes/{node_b}"))["metadata"].get(
